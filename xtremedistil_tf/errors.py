@@ -1,0 +1,23 @@
+"""Errors users see. Each names where the problem is and what was expected."""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class XtremeDistilError(Exception):
+    """Base class: an error whose message alone tells the user what to fix."""
+
+
+class DataFormatError(XtremeDistilError, ValueError):
+    """Malformed input data: names the file, the 1-based line (when known) and what was expected."""
+
+    def __init__(self, path, line: Optional[int], message: str):
+        self.path = str(path)
+        self.line = line
+        self.message = message
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {message}")
+
+
+class ConfigError(XtremeDistilError, ValueError):
+    """Flags or configuration that cannot work together."""

@@ -33,3 +33,27 @@ def shared_data():
 @pytest.fixture
 def fixtures_dir():
     return _require(FIXTURES)
+
+
+def write_tiny_vocab(directory: Path) -> Path:
+    """A WordPiece vocab where short words are whole pieces and longer ones split into
+    character continuations, so tests see both single- and multi-piece words."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    words = ["the", "in", "of", "to", "and", "at", "on", "is", "was", "paris", "berlin", "john", "mary"]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "-"] + letters + \
+        ["##" + c for c in letters] + words + [str(d) for d in range(10)] + ["##" + str(d) for d in range(10)]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory):
+    return write_tiny_vocab(tmp_path_factory.mktemp("tiny_tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_tokenizer_dir):
+    from transformers import BertTokenizerFast
+
+    return BertTokenizerFast(vocab_file=str(tiny_tokenizer_dir / "vocab.txt"), do_lower_case=True)

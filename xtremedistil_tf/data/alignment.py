@@ -1,0 +1,213 @@
+"""Words to WordPieces and back, with sliding windows for long sentences.
+
+The first piece of a word carries the word's label; continuation pieces get `X`;
+the CLS, SEP and PAD positions get their own markers. With 7 IOB2 labels this is
+the XtremeDistil papers' 11 tags. Evaluation reads the prediction at each word's
+first piece, so scores are over words, never pieces.
+
+Sentences longer than `max_seq_length` pieces (MSRA test has 1,475 characters)
+become several overlapping windows cut at word boundaries; each word is scored by
+the window in which it has the most context on both sides (the usual "max context"
+rule of extractive QA), so predictions stitch back to exactly one tag per word.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.errors import ConfigError
+
+X_TAG = "X"
+CLS_TAG = "[CLS]"
+SEP_TAG = "[SEP]"
+PAD_TAG = "[PAD]"
+SPECIAL_TAGS = (X_TAG, CLS_TAG, SEP_TAG, PAD_TAG)
+
+
+class TagVocab:
+    """Piece-level tag ids: the word labels followed by X, [CLS], [SEP], [PAD]."""
+
+    def __init__(self, labels: Sequence[str]):
+        clash = [t for t in SPECIAL_TAGS if t in labels]
+        if clash:
+            raise ConfigError(f"labels {clash} are reserved for word-piece markers; rename them in the data")
+        if len(set(labels)) != len(labels):
+            raise ConfigError(f"duplicate labels in {list(labels)}")
+        self.labels = list(labels)
+        self.tags = self.labels + list(SPECIAL_TAGS)
+        self._index = {t: i for i, t in enumerate(self.tags)}
+
+    def __len__(self) -> int:
+        return len(self.tags)
+
+    def id(self, tag: str) -> int:
+        return self._index[tag]
+
+    @property
+    def x_id(self) -> int:
+        return self._index[X_TAG]
+
+    @property
+    def pad_id(self) -> int:
+        return self._index[PAD_TAG]
+
+    def word_label(self, tag_id: int, default: str = "O") -> str:
+        """The word label of a predicted tag; a marker predicted at a word start reads as `default`."""
+        return self.labels[tag_id] if tag_id < len(self.labels) else default
+
+    def to_config(self) -> dict:
+        return {"labels": self.labels}
+
+
+@dataclass
+class Windows:
+    """Encoded windows of a list of sentences, as padded numpy arrays.
+
+    input_ids, attention_mask, label_ids, word_index: [W, L]. `word_index[w, t]` is the
+    index within its sentence of the word whose first piece sits at t, and -1 elsewhere.
+    `owner[w, t]` is True where window w is the one that scores that word.
+    sentence_index: [W], the sentence each window came from.
+    """
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    label_ids: np.ndarray
+    word_index: np.ndarray
+    owner: np.ndarray
+    sentence_index: np.ndarray
+    sentence_lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def word_pieces(tokenizer, sentences: Sequence[Sentence]) -> List[List[List[int]]]:
+    """Piece ids per word per sentence. A word the tokenizer drops (e.g. a control character)
+    becomes [UNK] so that every word keeps a first piece and a prediction."""
+    if not sentences:
+        return []
+    encoded = tokenizer([list(s.tokens) for s in sentences], is_split_into_words=True,
+                        add_special_tokens=False)
+    result = []
+    for i, sentence in enumerate(sentences):
+        per_word: List[List[int]] = [[] for _ in sentence.tokens]
+        for piece, word in zip(encoded["input_ids"][i], encoded.word_ids(i)):
+            if word is not None:
+                per_word[word].append(piece)
+        result.append([p if p else [tokenizer.unk_token_id] for p in per_word])
+    return result
+
+
+def plan_windows(piece_counts: Sequence[int], budget: int, stride: int) -> List[tuple]:
+    """Split a sentence's words into windows of at most `budget` pieces, cut at word boundaries.
+
+    Returns (first_word, end_word) pairs. Consecutive windows start about `stride` pieces
+    apart so each word away from the sentence ends is seen with context on both sides.
+    A single word longer than `budget` gets a window of its own (its pieces are truncated).
+    """
+    n = len(piece_counts)
+    if n == 0:
+        return [(0, 0)]
+    starts = np.concatenate([[0], np.cumsum(piece_counts)])
+    windows = []
+    first = 0
+    while True:
+        end = first + 1
+        while end < n and starts[end + 1] - starts[first] <= budget:
+            end += 1
+        windows.append((first, end))
+        if end == n:
+            return windows
+        nxt = first + 1
+        while nxt < end and starts[nxt] - starts[first] < stride:
+            nxt += 1
+        first = nxt
+
+
+def assign_owners(windows: Sequence[tuple], piece_counts: Sequence[int]) -> List[int]:
+    """For each word, the window in which it has the most context (min of left and right pieces)."""
+    starts = np.concatenate([[0], np.cumsum(piece_counts)])
+    best = [-1] * len(piece_counts)
+    best_context = [-1] * len(piece_counts)
+    for w, (first, end) in enumerate(windows):
+        for word in range(first, end):
+            context = min(starts[word] - starts[first], starts[end] - starts[word + 1])
+            if context > best_context[word]:
+                best[word], best_context[word] = w, context
+    return best
+
+
+def encode(sentences: Sequence[Sentence], tokenizer, tag_vocab: TagVocab,
+           max_seq_length: int = 128, stride: Optional[int] = None) -> Windows:
+    """Encode sentences into fixed-length windows of pieces with piece-level tag ids.
+
+    Unlabeled sentences get PAD tag ids everywhere (they are never trained on those).
+    `stride` (pieces between window starts) defaults to half the piece budget.
+    """
+    budget = max_seq_length - 2
+    if budget < 1:
+        raise ConfigError(f"max_seq_length must be at least 3 (CLS, one piece, SEP), got {max_seq_length}")
+    stride = max(1, stride or budget // 2)
+    rows = []
+    for s_index, (sentence, pieces) in enumerate(zip(sentences, word_pieces(tokenizer, sentences))):
+        counts = [min(len(p), budget) for p in pieces]
+        windows = plan_windows(counts, budget, stride)
+        owners = assign_owners(windows, counts)
+        for w, (first, end) in enumerate(windows):
+            rows.append(_encode_window(sentence, pieces, first, end, budget, owners, w, s_index,
+                                       tokenizer, tag_vocab))
+    return _stack(rows, max_seq_length, tokenizer.pad_token_id, tag_vocab.pad_id,
+                  np.array([len(s.tokens) for s in sentences], dtype=np.int32))
+
+
+def _encode_window(sentence, pieces, first, end, budget, owners, w, s_index, tokenizer, tag_vocab):
+    ids = [tokenizer.cls_token_id]
+    tags = [tag_vocab.id(CLS_TAG)]
+    words = [-1]
+    own = [False]
+    for word in range(first, end):
+        word_ids = pieces[word][:budget]
+        label = tag_vocab.id(sentence.tags[word]) if sentence.tags is not None else tag_vocab.pad_id
+        ids.extend(word_ids)
+        tags.extend([label] + [tag_vocab.x_id] * (len(word_ids) - 1))
+        words.extend([word] + [-1] * (len(word_ids) - 1))
+        own.extend([owners[word] == w] + [False] * (len(word_ids) - 1))
+    ids.append(tokenizer.sep_token_id)
+    tags.append(tag_vocab.id(SEP_TAG))
+    words.append(-1)
+    own.append(False)
+    if sentence.tags is None:
+        tags = [tag_vocab.pad_id] * len(tags)
+    return ids, tags, words, own, s_index
+
+
+def _stack(rows, length, pad_piece, pad_tag, sentence_lengths) -> Windows:
+    w = len(rows)
+    input_ids = np.full((w, length), pad_piece, dtype=np.int32)
+    mask = np.zeros((w, length), dtype=np.int32)
+    labels = np.full((w, length), pad_tag, dtype=np.int32)
+    word_index = np.full((w, length), -1, dtype=np.int32)
+    owner = np.zeros((w, length), dtype=bool)
+    sentence_index = np.zeros((w,), dtype=np.int32)
+    for r, (ids, tags, words, own, s_index) in enumerate(rows):
+        n = len(ids)
+        input_ids[r, :n] = ids
+        mask[r, :n] = 1
+        labels[r, :n] = tags
+        word_index[r, :n] = words
+        owner[r, :n] = own
+        sentence_index[r] = s_index
+    return Windows(input_ids, mask, labels, word_index, owner, sentence_index, sentence_lengths)
+
+
+def decode(windows: Windows, piece_predictions: np.ndarray, tag_vocab: TagVocab) -> List[List[str]]:
+    """Stitch piece-level tag ids [W, L] back to one word label per word per sentence."""
+    predictions = [["O"] * int(n) for n in windows.sentence_lengths]
+    rows, cols = np.nonzero(windows.owner)
+    for r, c in zip(rows, cols):
+        predictions[windows.sentence_index[r]][windows.word_index[r, c]] = \
+            tag_vocab.word_label(int(piece_predictions[r, c]))
+    return predictions

@@ -1,0 +1,39 @@
+"""The one in-memory record every reader produces."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """A tokenized sentence with optional per-token tags and language.
+
+    `tags` is None for unlabeled text (transfer sets). Lists are accepted and
+    stored as tuples so a Sentence is hashable and cannot be mutated by
+    downstream code that shares it between splits.
+    """
+
+    tokens: tuple[str, ...]
+    tags: Optional[tuple[str, ...]] = None
+    lang: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        # frozen=True forbids normal assignment; object.__setattr__ is the
+        # documented way to normalise fields in __post_init__.
+        object.__setattr__(self, "tokens", tuple(self.tokens))
+        if self.tags is not None:
+            object.__setattr__(self, "tags", tuple(self.tags))
+            if len(self.tags) != len(self.tokens):
+                raise ValueError(
+                    f"Sentence has {len(self.tokens)} tokens but {len(self.tags)} tags; "
+                    "expected one tag per token"
+                )
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def is_labeled(self) -> bool:
+        """True when the sentence carries gold (or teacher) tags."""
+        return self.tags is not None

@@ -1,0 +1,408 @@
+"""Linear-chain CRF ops in plain TensorFlow (a replacement for `tfa.text.crf_*`).
+
+Shapes: B batch, T time, N tags, K paths. `potentials` [B, T, N] are unary
+(emission) scores, `transitions` [N, N] with `transitions[i, j]` the score of
+moving from tag i to tag j, `lengths` [B] the number of real positions of each
+(left-aligned) sequence. A path's score is the sum of its potentials and of the
+transitions between consecutive positions; there are no start/end transition
+vectors (see `apply_boundary_constraints`).
+
+Conventions (docs/crf.md has the long form):
+- Everything is computed in float32: float16/bfloat16 inputs are cast, outputs
+  are float32, gradients flow back through the cast.
+- Forbidden moves score `FORBIDDEN` (-1e4), never -inf, so every log-norm,
+  log-likelihood and gradient stays finite even when every path is forbidden,
+  while exp(-1e4) is exactly 0 in float32, so forbidden paths get probability 0
+  whenever an allowed path exists. -1e4 also fits in float16.
+- A zero-length sequence has exactly one labeling, the empty one, with score 0:
+  log-norm, sequence score, log-likelihood and multitag score are 0, its decoded
+  tags are all 0 with score 0, and k-best gives it one valid path (score 0,
+  log-prob 0). tfa agrees except for the 1-best decode score (tfa returns the
+  best first-position potential).
+- Outputs past a sequence's length are 0 (tags, marginals).
+- All ops loop over time with `tf.scan` on [B, N] or [B, K, N] states, so they
+  run eagerly and in `tf.function` with unknown B and T.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from xtremedistil_tf.errors import ConfigError
+
+FORBIDDEN = -1e4
+# A single potential or transition at or below this is a hard constraint (see
+# crf_kbest_decode); half of FORBIDDEN so bfloat16's rounding of -1e4 (-9984) still counts.
+FORBIDDEN_THRESHOLD = FORBIDDEN / 2
+# Score of a tag outside the candidate set in crf_multitag_sequence_score: far below any
+# sum of FORBIDDEN moves so those paths never mix with the allowed ones.
+_EXCLUDED = -1e9
+
+
+def _prepare(potentials, lengths, transitions=None):
+    """Casts to float32/int32 and checks shapes.
+
+    Returns (potentials [B, max(T, 1), N] float32, lengths [B] int32 clipped to
+    [0, T], transitions [N, N] float32 or None, T as a scalar tensor). Time is
+    padded to at least 1 so the loops have an initial state when T == 0.
+    """
+    potentials = tf.convert_to_tensor(potentials)
+    if potentials.shape.rank is not None and potentials.shape.rank != 3:
+        raise ValueError(f"potentials must be [batch, time, num_tags]; got shape {potentials.shape}")
+    if not potentials.dtype.is_floating:
+        raise ValueError(f"potentials must be floating point; got {potentials.dtype.name}")
+    potentials = tf.cast(potentials, tf.float32)
+    num_steps = tf.shape(potentials)[1]
+    potentials = tf.pad(potentials, [[0, 0], [0, tf.maximum(1 - num_steps, 0)], [0, 0]])
+    lengths = tf.convert_to_tensor(lengths)
+    if lengths.shape.rank is not None and lengths.shape.rank != 1:
+        raise ValueError(f"lengths must be [batch]; got shape {lengths.shape}")
+    lengths = tf.clip_by_value(tf.cast(lengths, tf.int32), 0, num_steps)
+    if transitions is not None:
+        transitions = tf.cast(tf.convert_to_tensor(transitions), tf.float32)
+        num_tags = potentials.shape[-1]
+        if transitions.shape.rank is not None and (
+            transitions.shape.rank != 2 or not transitions.shape.is_compatible_with([num_tags, num_tags])
+        ):
+            raise ValueError(
+                f"transitions must be [num_tags, num_tags] = [{num_tags}, {num_tags}]; got shape {transitions.shape}"
+            )
+    return potentials, lengths, transitions, num_steps
+
+
+def _time_mask(lengths, num_steps):
+    """[B, T] float32: 1 at real positions."""
+    return tf.sequence_mask(lengths, num_steps, dtype=tf.float32)
+
+
+def _logsumexp_prev(alpha, transitions):
+    """log sum_i exp(alpha[b, i] + transitions[i, j]) -> [B, N] for alpha [B, N].
+
+    Hand-rolled rather than tf.reduce_logsumexp: no -inf handling is needed
+    (scores are finite by convention) and the fewer ops per step matter inside
+    the time loop. The max is stop-gradient'ed: it cancels analytically.
+    """
+    scores = alpha[:, :, None] + transitions[None]
+    peak = tf.stop_gradient(tf.reduce_max(scores, axis=1))
+    return tf.math.log(tf.reduce_sum(tf.exp(scores - peak[:, None, :]), axis=1)) + peak
+
+
+def _forward(potentials, transitions):
+    """Forward algorithm. potentials [B, T, N] (T >= 1) -> alphas [B, T, N].
+
+    alphas[b, t, j] = log-sum of the scores of all prefixes 0..t ending in tag j.
+    Computed for every t regardless of length; callers gather at length - 1.
+    """
+    time_major = tf.transpose(potentials, [1, 0, 2])
+
+    def step(alpha, potential_t):
+        return _logsumexp_prev(alpha, transitions) + potential_t
+
+    rest = tf.scan(step, time_major[1:], initializer=time_major[0])
+    return tf.transpose(tf.concat([time_major[:1], rest], axis=0), [1, 0, 2])
+
+
+def _at_last(values, lengths):
+    """values [B, T, ...] -> values[b, lengths[b] - 1] ([B, ...]); index 0 when the length is 0."""
+    return tf.gather(values, tf.maximum(lengths - 1, 0), batch_dims=1)
+
+
+def _log_norm_from_alphas(alphas, lengths):
+    """[B] log partition from forward scores; 0 for zero-length sequences."""
+    last = _at_last(alphas, lengths)
+    return tf.where(lengths > 0, tf.reduce_logsumexp(last, axis=-1), 0.0)
+
+
+def crf_sequence_score(potentials, tags, lengths, transitions):
+    """Score of given tag sequences.
+
+    Args: potentials [B, T, N]; tags [B, T] int (values past the length are
+    ignored); lengths [B]; transitions [N, N].
+    Returns: [B] float32, sum of potentials[b, t, tags[b, t]] for t < length and
+    transitions[tags[t-1], tags[t]] for 1 <= t < length.
+    """
+    potentials, lengths, transitions, num_steps = _prepare(potentials, lengths, transitions)
+    mask = _time_mask(lengths, num_steps)
+    # Padding tags may be anything (-1, garbage): zero them so the gathers stay in range.
+    tags = tf.cast(tags, tf.int32) * tf.cast(mask, tf.int32)
+    unary = tf.gather(potentials[:, :num_steps], tags, batch_dims=2)
+    pairs = tf.stack([tags[:, :-1], tags[:, 1:]], axis=-1)
+    binary = tf.gather_nd(transitions, pairs)
+    return tf.reduce_sum(unary * mask, axis=1) + tf.reduce_sum(binary * mask[:, 1:], axis=1)
+
+
+def crf_log_norm(potentials, lengths, transitions):
+    """Log partition function. potentials [B, T, N], lengths [B], transitions [N, N] -> [B] float32."""
+    potentials, lengths, transitions, _ = _prepare(potentials, lengths, transitions)
+    return _log_norm_from_alphas(_forward(potentials, transitions), lengths)
+
+
+def crf_log_likelihood(potentials, tags, lengths, transitions):
+    """Log-probability of `tags` under the CRF: sequence score - log norm. Returns [B] float32."""
+    return crf_sequence_score(potentials, tags, lengths, transitions) - crf_log_norm(
+        potentials, lengths, transitions
+    )
+
+
+def crf_nll_loss(potentials, tags, lengths, transitions):
+    """Mean negative log-likelihood over the batch (a scalar; 0 for an empty batch)."""
+    nll = -crf_log_likelihood(potentials, tags, lengths, transitions)
+    return tf.math.divide_no_nan(tf.reduce_sum(nll), tf.cast(tf.size(nll), tf.float32))
+
+
+def crf_multitag_sequence_score(potentials, allowed, lengths, transitions):
+    """Log-sum of the scores of every path whose tag at each position is in `allowed`.
+
+    Args: potentials [B, T, N]; allowed [B, T, N] bool (each real position needs at
+    least one True); lengths [B]; transitions [N, N].
+    Returns: [B] float32, the numerator of a fuzzy-CRF loss (0 for zero length).
+    """
+    potentials, lengths, transitions, num_steps = _prepare(potentials, lengths, transitions)
+    allowed = tf.cast(allowed, tf.bool)
+    allowed = tf.pad(allowed, [[0, 0], [0, tf.shape(potentials)[1] - num_steps], [0, 0]], constant_values=True)
+    filtered = tf.where(allowed, potentials, _EXCLUDED)
+    return _log_norm_from_alphas(_forward(filtered, transitions), lengths)
+
+
+def crf_marginals(potentials, lengths, transitions):
+    """Posterior tag marginals p(y_t = j | x) by forward-backward.
+
+    Returns [B, T, N] float32; each real position sums to 1, positions at or past
+    the length are all 0.
+    """
+    potentials, lengths, transitions, num_steps = _prepare(potentials, lengths, transitions)
+    alphas = _forward(potentials, transitions)
+    # The backward pass is the forward pass over each sequence reversed within its
+    # length, with transposed transitions: betas_rev[t] = suffix score from t, incl. potential_t.
+    reversed_pots = tf.reverse_sequence(potentials, lengths, seq_axis=1, batch_axis=0)
+    suffix = tf.reverse_sequence(
+        _forward(reversed_pots, tf.transpose(transitions)), lengths, seq_axis=1, batch_axis=0
+    )
+    log_z = _log_norm_from_alphas(alphas, lengths)
+    log_marginals = alphas + suffix - potentials - log_z[:, None, None]
+    mask = tf.sequence_mask(lengths, tf.shape(potentials)[1])[:, :, None]
+    # where() on both sides: exp of garbage past the length must not leak inf into gradients.
+    safe = tf.where(mask, log_marginals, 0.0)
+    return tf.where(mask, tf.exp(safe), 0.0)[:, :num_steps]
+
+
+def _backtrack(backpointers, last_index, lengths, num_steps):
+    """Follows backpointers from the last real position to 0.
+
+    backpointers [B, T, M] int32 (entry t maps a state at t to its state at t-1;
+    entry 0 unused); last_index [B, P] int32 the states at position length-1 of
+    P paths per sequence. Returns [B, P, T] int32 states, 0 past the length.
+    """
+    time_major = tf.transpose(backpointers, [1, 0, 2])
+    steps = tf.range(tf.shape(backpointers)[1] - 1, 0, -1)
+
+    def step(state, t):
+        previous = tf.gather(time_major[t], state, batch_dims=1)
+        # Hold the final state until the walk reaches the sequence's last position.
+        return tf.where((t < lengths)[:, None], previous, state)
+
+    states = tf.scan(step, steps, initializer=last_index)  # [T-1, B, P] for t = T-2 .. 0
+    states = tf.concat([tf.reverse(states, [0]), last_index[None]], axis=0)
+    mask = tf.sequence_mask(lengths, tf.shape(backpointers)[1], dtype=tf.int32)
+    return (tf.transpose(states, [1, 2, 0]) * mask[:, None, :])[:, :, :num_steps]
+
+
+def crf_decode(potentials, transitions, lengths):
+    """Viterbi decoding (tfa's argument order).
+
+    Returns (tags [B, T] int32, 0 past the length; scores [B] float32, the best
+    path's score, 0 for zero-length sequences).
+    """
+    potentials, lengths, transitions, num_steps = _prepare(potentials, lengths, transitions)
+    time_major = tf.transpose(potentials, [1, 0, 2])
+
+    def step(carry, potential_t):
+        scores = carry[0][:, :, None] + transitions[None]
+        return tf.reduce_max(scores, axis=1) + potential_t, tf.argmax(scores, axis=1, output_type=tf.int32)
+
+    first = (time_major[0], tf.zeros_like(time_major[0], tf.int32))
+    best, pointers = tf.scan(step, time_major[1:], initializer=first)
+    best = tf.transpose(tf.concat([first[0][None], best], 0), [1, 0, 2])
+    pointers = tf.transpose(tf.concat([first[1][None], pointers], 0), [1, 0, 2])
+    last = _at_last(best, lengths)
+    last_tag = tf.argmax(last, axis=-1, output_type=tf.int32)
+    tags = _backtrack(pointers, last_tag[:, None], lengths, num_steps)[:, 0]
+    return tags, tf.where(lengths > 0, tf.reduce_max(last, axis=-1), 0.0)
+
+
+def _check_k(k):
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+        if k < 1:
+            raise ConfigError(f"k must be a positive number of paths; got k={k}")
+        return int(k)
+    raise ConfigError(f"k must be a Python int (it fixes output shapes); got {k!r}")
+
+
+def crf_kbest_decode(potentials, transitions, lengths, k):
+    """The k highest-scoring paths of each sequence (k-best Viterbi).
+
+    Per tag and step the loop keeps the top-k (score, backpointer to (previous
+    rank, previous tag)) over the k*N candidates, then backtracks each of the
+    k best final states.
+
+    Hard constraints: a potential or transition at or below FORBIDDEN_THRESHOLD
+    (-5000; `apply_transition_constraints` and `apply_boundary_constraints` write
+    -1e4) removes the paths through it, so paths that break a tag scheme are never
+    returned, even when fewer than k labelings remain.
+
+    Args: potentials [B, T, N]; transitions [N, N]; lengths [B]; k a Python int >= 1.
+    Returns:
+      tags [B, k, T] int32, best first, 0 past the length;
+      scores [B, k] float32, descending;
+      log_probs [B, k] float32, score - log_norm (log_norm with the -1e4 moves included,
+        i.e. the same normaliser as crf_log_likelihood);
+      valid [B, k] bool. A sequence with fewer than k allowed labelings (short, or
+        constrained) fills the remaining slots with tags 0, score -inf, log_prob -inf,
+        valid False. A zero-length sequence has one valid path (all-0 tags, score 0).
+    """
+    k = _check_k(k)
+    potentials, lengths, transitions, num_steps = _prepare(potentials, lengths, transitions)
+    num_tags = tf.shape(potentials)[2]
+    log_z = _log_norm_from_alphas(_forward(potentials, transitions), lengths)
+    neg_inf = tf.constant(-np.inf, tf.float32)
+    hard_pots = tf.where(potentials <= FORBIDDEN_THRESHOLD, neg_inf, potentials)
+    hard_trans = tf.where(transitions <= FORBIDDEN_THRESHOLD, neg_inf, transitions)
+    time_major = tf.transpose(hard_pots, [1, 0, 2])
+    batch = tf.shape(potentials)[0]
+
+    def step(carry, potential_t):
+        # candidates[b, j, r * N + i]: rank r of tag i at t-1, then a move to j.
+        candidates = carry[0][:, :, :, None] + hard_trans[None, None]
+        candidates = tf.transpose(tf.reshape(candidates, [batch, k * num_tags, num_tags]), [0, 2, 1])
+        values, indices = tf.math.top_k(candidates, k=k, sorted=True)
+        return (
+            tf.transpose(values, [0, 2, 1]) + potential_t[:, None, :],
+            tf.reshape(tf.transpose(indices, [0, 2, 1]), [batch, k * num_tags]),
+        )
+
+    # Only rank 0 exists at t = 0; the other ranks start as -inf (no path).
+    first_scores = tf.concat(
+        [time_major[0][:, None, :], tf.fill([batch, k - 1, num_tags], neg_inf)], axis=1
+    )
+    first = (first_scores, tf.zeros([batch, k * num_tags], tf.int32))
+    scores, pointers = tf.scan(step, time_major[1:], initializer=first)
+    scores = tf.concat([first[0][None], scores], 0)  # [T, B, k, N]
+    pointers = tf.transpose(tf.concat([first[1][None], pointers], 0), [1, 0, 2])  # [B, T, k*N]
+    last = tf.reshape(_at_last(tf.transpose(scores, [1, 0, 2, 3]), lengths), [batch, k * num_tags])
+    best, last_index = tf.math.top_k(last, k=k, sorted=True)
+    # A state index r * N + j decodes to tag j.
+    tags = _backtrack(pointers, last_index, lengths, num_steps) % num_tags
+    empty = tf.equal(lengths, 0)[:, None]
+    first_rank = tf.equal(tf.range(k), 0)[None, :]
+    best = tf.where(empty, tf.where(first_rank, 0.0, neg_inf), best)
+    valid = tf.math.is_finite(best)
+    tags = tags * tf.cast(valid, tf.int32)[:, :, None]
+    return tags, best, best - log_z[:, None], valid
+
+
+def apply_transition_constraints(transitions, mask):
+    """Sets forbidden moves to FORBIDDEN (-1e4).
+
+    transitions [N, N] float, mask [N, N] bool (True = allowed). Setting rather
+    than adding keeps the forbidden value exact (k-best treats it as a hard
+    constraint) and gives those entries zero gradient, so training cannot revive them.
+    """
+    transitions = tf.convert_to_tensor(transitions)
+    return tf.where(tf.cast(mask, tf.bool), transitions, tf.cast(FORBIDDEN, transitions.dtype))
+
+
+def apply_boundary_constraints(potentials, lengths, start_allowed=None, end_allowed=None):
+    """Sets the potentials of tags that may not start / end a sequence to FORBIDDEN.
+
+    The ops have no start/end transition vectors, so constraints on the first and
+    last tags go into the potentials of position 0 and position length-1 (both for
+    length 1). potentials [B, T, N] (dtype kept), lengths [B], start_allowed /
+    end_allowed [N] bool or None (no constraint). Gold tags that break them get a
+    log-likelihood near -1e4, so do not apply them to windows cut mid-sentence.
+    """
+    potentials = tf.convert_to_tensor(potentials)
+    num_steps = tf.shape(potentials)[1]
+    positions = tf.range(num_steps)[None, :, None]
+    allowed = tf.ones_like(potentials, tf.bool)
+    if start_allowed is not None:
+        start = tf.cast(start_allowed, tf.bool)[None, None, :]
+        allowed &= (positions != 0) | start
+    if end_allowed is not None:
+        end = tf.cast(end_allowed, tf.bool)[None, None, :]
+        last = tf.cast(lengths, tf.int32)[:, None, None] - 1
+        allowed &= (positions != last) | end
+    return tf.where(allowed, potentials, tf.cast(FORBIDDEN, potentials.dtype))
+
+
+SCHEMES = {
+    # scheme -> (prefix of a chunk's first tag, inside, last, single); None: the scheme has no such tag.
+    "IOB1": ("B", "I", None, None),
+    "IOB2": ("B", "I", None, None),
+    "BIOES": ("B", "I", "E", "S"),
+    "BMES": ("B", "M", "E", "S"),
+}
+
+
+def _parse_label(label, scheme, prefixes):
+    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', None); other labels without a prefix -> (None, None)."""
+    if label == "O":
+        return "O", None
+    prefix, sep, entity = label.partition("-")
+    if sep and len(prefix) == 1 and prefix.isalpha() and entity:
+        if prefix not in prefixes:
+            raise ConfigError(
+                f"label {label!r} has prefix {prefix!r}, which scheme {scheme} does not use "
+                f"(its prefixes: {', '.join(sorted(prefixes))}, O)"
+            )
+        return prefix, entity
+    return None, None
+
+
+def _move_allowed(scheme, src, dst):
+    """Whether tag src = (prefix, entity) may be followed by dst under the scheme."""
+    (sp, se), (dp, de) = src, dst
+    same = se == de
+    if scheme == "IOB2":
+        return dp != "I" or (sp in ("B", "I") and same)
+    if scheme == "IOB1":
+        return dp != "B" or (sp in ("B", "I") and same)
+    inside = SCHEMES[scheme][1]
+    if dp in ("O", "B", "S"):
+        return sp in ("O", "E", "S")
+    return sp in ("B", inside) and same  # dp is inside or E
+
+
+def allowed_transitions(labels, scheme):
+    """Allowed moves, first tags and last tags of a tag scheme.
+
+    Args: labels, a sequence of N label strings ("O", "B-PER", "I-PER", "E-PER",
+    "S-PER", "M-NR", ...); scheme one of "IOB1", "IOB2", "BIOES", "BMES" (BIOES
+    and BMES also accept O).
+    Returns numpy bool arrays (mask [N, N] with mask[i, j] = may labels[j] follow
+    labels[i], start [N], end [N]).
+
+    Labels that are neither "O" nor PREFIX-ENTITY (X, [CLS], [SEP], [PAD], ...)
+    are unconstrained: every move into and out of them is allowed and they may
+    start and end a sequence. That keeps word-piece continuations legal
+    (B-PER X I-PER), at the price of not checking a constraint across them.
+    Raises ConfigError for an unknown scheme or a prefix the scheme does not use.
+    """
+    if scheme not in SCHEMES:
+        raise ConfigError(f"unknown tag scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
+    prefixes = {p for p in SCHEMES[scheme] if p is not None}
+    parsed = [_parse_label(label, scheme, prefixes) for label in labels]
+    n = len(parsed)
+    mask = np.ones([n, n], dtype=bool)
+    start = np.ones([n], dtype=bool)
+    end = np.ones([n], dtype=bool)
+    outside = ("O", None)
+    for i, src in enumerate(parsed):
+        if src[0] is None:
+            continue
+        # A sequence starts as if after O and ends as if followed by O.
+        start[i] = _move_allowed(scheme, outside, src)
+        end[i] = _move_allowed(scheme, src, outside)
+        for j, dst in enumerate(parsed):
+            if dst[0] is not None:
+                mask[i, j] = _move_allowed(scheme, src, dst)
+    return mask, start, end

@@ -165,11 +165,14 @@ def validate_tags(tags: Sequence[str], scheme: str) -> Optional[TagIssue]:
     scheme = normalize_scheme(scheme)
     inside = _INSIDE[scheme]
     previous_prefix, previous_type = OUTSIDE, None
+    parsed: dict[str, tuple[str, Optional[str]]] = {}  # few distinct tags; parse each once
     for i, tag in enumerate(tags):
-        problem = tag_shape_error(tag, scheme)
-        if problem:
-            return TagIssue(i, problem)
-        prefix, etype = split_tag(tag, scheme)
+        if tag not in parsed:
+            problem = tag_shape_error(tag, scheme)
+            if problem:
+                return TagIssue(i, problem)
+            parsed[tag] = split_tag(tag, scheme)
+        prefix, etype = parsed[tag]
         reason = _transition_error(scheme, inside, previous_prefix, previous_type, prefix, etype, tag)
         if reason:
             return TagIssue(i, reason)
@@ -181,21 +184,24 @@ def validate_tags(tags: Sequence[str], scheme: str) -> Optional[TagIssue]:
 
 def _transition_error(scheme, inside, prev_prefix, prev_type, prefix, etype, tag) -> Optional[str]:
     """Why `tag` cannot follow a tag with (prev_prefix, prev_type), or None."""
-    previous = OUTSIDE if prev_prefix == OUTSIDE else f"{prev_prefix}-{prev_type}"
-    if scheme == IOB2:
-        if prefix == "I" and not (prev_prefix in ("B", "I") and prev_type == etype):
-            return f"{tag} follows {previous}; in IOB2 an entity must start with B-{etype}"
-        return None
-    if scheme == IOB1:
-        if prefix == "B" and not (prev_prefix in ("B", "I") and prev_type == etype):
-            return f"{tag} follows {previous}; in IOB1 B- only separates two adjacent {etype} entities (use I-{etype})"
+    if scheme in (IOB1, IOB2):
+        restricted = "I" if scheme == IOB2 else "B"
+        if prefix == restricted and not (prev_prefix in ("B", "I") and prev_type == etype):
+            rule = (f"an entity must start with B-{etype}" if scheme == IOB2
+                    else f"B- only separates two adjacent {etype} entities (use I-{etype})")
+            return f"{tag} follows {_join(prev_prefix, prev_type)}; in {scheme} {rule}"
         return None
     entity_open = prev_prefix in ("B", inside)
     if entity_open and not (prefix in (inside, "E") and etype == prev_type):
-        return f"{tag} follows {previous}; expected {inside}-{prev_type} or E-{prev_type} to continue or close it"
+        return (f"{tag} follows {_join(prev_prefix, prev_type)}; expected {inside}-{prev_type} "
+                f"or E-{prev_type} to continue or close it")
     if not entity_open and prefix in (inside, "E"):
-        return f"{tag} follows {previous} without a preceding B-{etype}"
+        return f"{tag} follows {_join(prev_prefix, prev_type)} without a preceding B-{etype}"
     return None
+
+
+def _join(prefix: str, etype: Optional[str]) -> str:
+    return OUTSIDE if prefix == OUTSIDE else f"{prefix}-{etype}"
 
 
 def entity_types(labels: Iterable[str]) -> list[str]:

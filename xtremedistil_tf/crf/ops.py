@@ -262,7 +262,8 @@ def crf_kbest_decode(potentials, transitions, lengths, k):
     """
     k = _check_k(k)
     potentials, lengths, transitions, num_steps = _prepare(potentials, lengths, transitions)
-    num_tags = tf.shape(potentials)[2]
+    # Static when known, so the loop state keeps a fixed [B, k * N] shape in graphs.
+    num_tags = potentials.shape[2] or tf.shape(potentials)[2]
     log_z = _log_norm_from_alphas(_forward(potentials, transitions), lengths)
     neg_inf = tf.constant(-np.inf, tf.float32)
     hard_pots = tf.where(potentials <= FORBIDDEN_THRESHOLD, neg_inf, potentials)

@@ -223,6 +223,25 @@ def test_failed_run_leaves_tmp_that_rerun_removes(reference, tmp_path):
         assert mine.read_bytes() == ref.read_bytes(), mine.name
 
 
+def test_damaged_complete_cache_recomputes_only_damaged_shards(reference, tmp_path):
+    shutil.copytree(reference, tmp_path, dirs_exist_ok=True)
+    (tmp_path / "shard-00001-of-00005.tfrecord").unlink()
+    truncated = tmp_path / "shard-00003-of-00005.tfrecord"
+    truncated.write_bytes(truncated.read_bytes()[:-10])
+    assert not cache.cache_complete(tmp_path, FP)
+    computed = []
+
+    def recording(start, end):
+        computed.append(start)
+        return compute_batch(start, end)
+
+    write(tmp_path, recording)
+    assert sorted(set(s // SHARD for s in computed)) == [1, 3]
+    for mine, ref in zip(shard_paths(tmp_path), shard_paths(reference), strict=True):
+        assert mine.read_bytes() == ref.read_bytes(), mine.name
+    assert cache.cache_complete(tmp_path, FP)
+
+
 def test_fingerprint_mismatch_raises_and_overwrite_clears(reference, tmp_path):
     out = tmp_path / "cache"
     shutil.copytree(reference, out)
@@ -275,3 +294,6 @@ def test_bad_batches_are_reported(tmp_path):
 
     with pytest.raises(ConfigError, match="'logits' as float16 overflows"):
         write(tmp_path / "huge", huge, dtypes={"logits": "float16"})
+
+    with pytest.raises(ConfigError, match=r"dtypes names \['hiden'\]"):
+        write(tmp_path / "typo", dtypes={"hiden": "float16"})

@@ -27,12 +27,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 import numpy as np
 import tensorflow as tf
+from tqdm.auto import tqdm
 
 from xtremedistil_tf.errors import ConfigError
 
@@ -96,6 +96,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _read_json(path: Path) -> dict:
+    """Parsed JSON object from ``path``."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
@@ -147,10 +148,7 @@ def _cache_files(out_dir: Path) -> list[Path]:
 def _clear(out_dir: Path) -> None:
     """Delete this module's files only; anything else the user keeps there stays."""
     for p in _cache_files(out_dir):
-        if p.is_dir():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
+        p.unlink()
 
 
 def _prepare_dir(out_dir: Path, identity: dict, overwrite: bool) -> Optional[dict]:
@@ -170,7 +168,10 @@ def _prepare_dir(out_dir: Path, identity: dict, overwrite: bool) -> Optional[dic
         manifest = _read_json(manifest_path)
         _check_same_run(out_dir, _identity(manifest.get("fingerprint", {}), manifest.get("spec", {})),
                         identity, MANIFEST)
-        return manifest
+        if not _damaged_shards(out_dir, manifest):
+            return manifest
+        _reopen(out_dir, manifest, identity)
+        return None
     if state_path.exists():
         _check_same_run(out_dir, _read_json(state_path)["identity"], identity, STATE)
     elif any(_SHARD_RE.match(p.name) for p in out_dir.iterdir()):
@@ -181,8 +182,28 @@ def _prepare_dir(out_dir: Path, identity: dict, overwrite: bool) -> Optional[dic
     return None
 
 
+def _damaged_shards(out_dir: Path, manifest: dict) -> list[Path]:
+    """Shards of a complete cache that are missing or not the size the manifest recorded."""
+    paths = [(out_dir / s["file"], s["bytes"]) for s in manifest["shards"]]
+    return [p for p, size in paths if not p.is_file() or p.stat().st_size != size]
+
+
+def _reopen(out_dir: Path, manifest: dict, identity: dict) -> None:
+    """Turn a complete cache with damaged shards back into a partial run of the same
+    fingerprint, so the writer recomputes just those shards."""
+    _atomic_write_json(out_dir / STATE, {"identity": identity, "features": manifest["features"]})
+    (out_dir / MANIFEST).unlink()
+    for path in _damaged_shards(out_dir, manifest):
+        path.unlink(missing_ok=True)
+
+
 def _feature_spec(batch: Mapping[str, np.ndarray], rows: int, dtypes: Mapping[str, str]) -> dict:
     """{key: {"dtype", "shape"}} of one example, from a computed batch."""
+    unused = sorted(set(dtypes) - set(batch))
+    if unused:
+        # Most likely a typo that would silently store a key at full precision.
+        raise ConfigError(f"dtypes names {unused}, which compute_batch does not return "
+                          f"(it returns {sorted(batch)})")
     spec = {}
     for key, arr in batch.items():
         arr = np.asarray(arr)
@@ -212,7 +233,8 @@ def _to_storage(key: str, arr: np.ndarray, dtype: str) -> np.ndarray:
     """Cast to the stored little-endian dtype, refusing casts that corrupt values
     (float overflow to inf, integers that wrap)."""
     src = np.asarray(arr)
-    out = np.ascontiguousarray(src.astype(np.dtype(dtype).newbyteorder("<"), copy=False))
+    with np.errstate(over="ignore", invalid="ignore"):  # checked below, with a clearer message
+        out = np.ascontiguousarray(src.astype(np.dtype(dtype).newbyteorder("<"), copy=False))
     if out.dtype.kind == "f" and src.dtype.kind in "fiub":
         if np.any(np.isfinite(src) & ~np.isfinite(out)):
             raise ConfigError(f"storing {key!r} as {dtype} overflows (|x| > {np.finfo(out.dtype).max}); "
@@ -231,6 +253,7 @@ def _serialize(batch: Mapping[str, np.ndarray], row: int) -> bytes:
 
 
 def _batches(start: int, end: int, batch_size: int) -> Iterable[tuple[int, int]]:
+    """[start, end) in batch_size steps; batches never cross a shard boundary."""
     for b in range(start, end, batch_size):
         yield b, min(b + batch_size, end)
 
@@ -263,6 +286,7 @@ def _write_shard(out_dir: Path, index: int, num_shards: int, start: int, end: in
 
 
 def _shard_bounds(num_examples: int, shard_size: int) -> list[tuple[int, int]]:
+    """[start, end) of every shard."""
     return [(s, min(s + shard_size, num_examples)) for s in range(0, num_examples, shard_size)]
 
 
@@ -308,8 +332,6 @@ def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: 
     bounds = _shard_bounds(num_examples, shard_size)
     missing = [i for i in range(len(bounds)) if not (out_dir / shard_name(i, len(bounds))).exists()]
     done = num_examples - sum(bounds[i][1] - bounds[i][0] for i in missing)
-    from tqdm.auto import tqdm  # imported lazily: only writers need it
-
     with tqdm(total=num_examples, initial=done, unit="ex", desc=f"caching to {out_dir.name}",
               disable=not progress) as bar:
         for i in missing:
@@ -364,10 +386,8 @@ def cache_complete(out_dir: str | os.PathLike, fingerprint: dict) -> bool:
         manifest = load_manifest(out_dir)
     except ConfigError:
         return False
-    if manifest["fingerprint"] != _normalize_json(fingerprint):
-        return False
-    return all((out_dir / s["file"]).is_file() and (out_dir / s["file"]).stat().st_size == s["bytes"]
-               for s in manifest["shards"])
+    return manifest["fingerprint"] == _normalize_json(fingerprint) and not _damaged_shards(
+        out_dir, manifest)
 
 
 def disk_bytes_per_1000(out_dir: str | os.PathLike) -> float:

@@ -39,7 +39,8 @@ def _open_lines(path: PathLike) -> Iterator[tuple[int, str]]:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise DataFormatError(
-                    path, lineno, f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); expected a UTF-8 text file"
+                    path, lineno,
+                    f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); expected a UTF-8 text file",
                 ) from None
             if lineno == 1:
                 text = text.lstrip("\ufeff")  # editors on Windows add a byte-order mark
@@ -138,7 +139,8 @@ def read_conll(
             elif len(columns) != expected_columns[0]:
                 raise DataFormatError(
                     path, lineno,
-                    f"expected {expected_columns[0]} whitespace-separated columns (as on line {expected_columns[1]}), found {len(columns)}",
+                    f"expected {expected_columns[0]} whitespace-separated columns "
+                    f"(as on line {expected_columns[1]}), found {len(columns)}",
                 )
             tokens.append(columns[token_column])
             linenos.append(lineno)
@@ -203,11 +205,15 @@ def read_wikiann(
         for lineno, line in block:
             fields = line.split("\t")
             if len(fields) != 2:
-                raise DataFormatError(path, lineno, f"expected 'LANG:TOKEN<TAB>TAG' (2 tab-separated fields), found {len(fields)}")
+                raise DataFormatError(
+                    path, lineno, f"expected 'LANG:TOKEN<TAB>TAG' (2 tab-separated fields), found {len(fields)}"
+                )
             token_lang, token = _split_lang_prefix(path, lineno, fields[0])
             expected = sentence_lang or lang
             if expected is not None and token_lang != expected:
-                raise DataFormatError(path, lineno, f"language prefix {token_lang!r} differs from {expected!r} expected for this sentence")
+                raise DataFormatError(
+                    path, lineno, f"language prefix {token_lang!r} differs from {expected!r} expected for this sentence"
+                )
             sentence_lang = token_lang
             tokens.append(token)
             tags.append(fields[1].strip())
@@ -297,7 +303,9 @@ def _strip_tag_prefixes(path: PathLike, lineno: int, prefixed_tags: list[str]) -
     for item in prefixed_tags:
         lang, _, tag = item.rpartition(":")
         if (lang or None) != first_lang:
-            raise DataFormatError(path, lineno, f"tag {item!r} has language prefix {lang!r}; expected {first_lang!r} like the line's first tag")
+            raise DataFormatError(
+                path, lineno, f"tag {item!r} has language prefix {lang!r}; expected {first_lang!r} like the line's first tag"
+            )
         tags.append(tag)
     return first_lang, tags
 

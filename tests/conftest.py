@@ -57,3 +57,44 @@ def tiny_tokenizer(tiny_tokenizer_dir):
     from transformers import BertTokenizerFast
 
     return BertTokenizerFast(vocab_file=str(tiny_tokenizer_dir / "vocab.txt"), do_lower_case=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory):
+    """A local BERT dir with the tiny vocab and a 2-layer, hidden-32 config (no weights)."""
+    from transformers import BertConfig
+
+    directory = write_tiny_vocab(tmp_path_factory.mktemp("tiny_bert"))
+    vocab_size = len((directory / "vocab.txt").read_text(encoding="utf-8").split())
+    BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+               intermediate_size=64, max_position_embeddings=128).save_pretrained(str(directory))
+    return directory
+
+
+def toy_ner_sentences(n, seed, lang=None):
+    """A toy tagging task: names are PER, cities LOC (a following city continues it), the rest O."""
+    import numpy as np
+
+    from xtremedistil_tf.data.sentence import Sentence
+
+    rng = np.random.default_rng(seed)
+    fillers = ["the", "in", "of", "to", "and", "at", "on", "is", "was"]
+    sentences = []
+    for _ in range(n):
+        tokens, tags = [], []
+        for _ in range(int(rng.integers(3, 9))):
+            r = rng.random()
+            if r < 0.2:
+                tokens.append(str(rng.choice(["john", "mary"])))
+                tags.append("B-PER")
+            elif r < 0.4:
+                tokens.append(str(rng.choice(["paris", "berlin"])))
+                tags.append("I-LOC" if tags and tags[-1] in ("B-LOC", "I-LOC") else "B-LOC")
+            else:
+                tokens.append(str(rng.choice(fillers)))
+                tags.append("O")
+        sentences.append(Sentence(tokens, tags, lang))
+    return sentences
+
+
+TOY_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]

@@ -1,0 +1,92 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import TOY_LABELS, toy_ner_sentences
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.teachers.finetune import (FinetuneConfig, evaluate_teacher, finetune, layer_depth,
+                                               parameter_groups, predict_piece_tags)
+from xtremedistil_tf.teachers.model import build_teacher, load_teacher
+from xtremedistil_tf.data.alignment import encode
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_bert_dir):
+    tf.keras.utils.set_random_seed(0)
+    teacher, tokenizer = build_teacher(str(tiny_bert_dir), TOY_LABELS, max_seq_length=16,
+                                       dropout=0.0, random_init=True)
+    train = toy_ner_sentences(300, seed=1)
+    dev = toy_ner_sentences(60, seed=2)
+    before = evaluate_teacher(teacher, tokenizer, dev, "IOB2")["all"]["f1"]
+    config = FinetuneConfig(epochs=4, batch_size=16, learning_rate=3e-3, warmup_fraction=0.1,
+                            patience=4, progress=False)
+    result = finetune(teacher, tokenizer, train, dev, "IOB2", config)
+    return teacher, tokenizer, dev, before, result
+
+
+def test_tiny_teacher_learns_toy_task(trained):
+    teacher, tokenizer, dev, before, result = trained
+    losses = [h["train_loss"] for h in result.history]
+    assert losses[-1] < 0.5 * losses[0]
+    after = evaluate_teacher(teacher, tokenizer, dev, "IOB2")["all"]["f1"]
+    assert after > 0.9
+    assert after > before + 0.4
+    # The weights left in the teacher are the best epoch's.
+    assert after == pytest.approx(result.best_dev_f1)
+
+
+def test_save_and_reload_gives_identical_predictions(trained, tmp_path):
+    teacher, tokenizer, dev, _, _ = trained
+    teacher.save(tmp_path / "teacher", tokenizer)
+    reloaded, tokenizer2 = load_teacher(tmp_path / "teacher")
+    windows = encode(dev, tokenizer2, reloaded.tag_vocab, reloaded.max_seq_length)
+    inputs = {"input_ids": windows.input_ids, "attention_mask": windows.attention_mask}
+    np.testing.assert_allclose(reloaded(inputs).numpy(), teacher(inputs).numpy(), atol=1e-5)
+    assert (predict_piece_tags(reloaded, windows) == predict_piece_tags(teacher, windows)).all()
+    assert reloaded.tag_vocab.tags == teacher.tag_vocab.tags
+    assert not (tmp_path / "teacher.tmp").exists()
+
+
+def test_hidden_states_of_the_chosen_layer(trained):
+    teacher, tokenizer, dev, _, _ = trained
+    windows = encode(dev[:3], tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    inputs = {"input_ids": windows.input_ids, "attention_mask": windows.attention_mask}
+    logits, hidden = teacher.call_with_hidden(inputs, layer=2)
+    np.testing.assert_allclose(logits.numpy(), teacher(inputs).numpy(), atol=1e-5)
+    # The last layer's hidden states are what the head reads.
+    np.testing.assert_allclose(teacher.classifier(hidden).numpy(), logits.numpy(), atol=1e-5)
+    with pytest.raises(ConfigError, match="out of range"):
+        teacher.call_with_hidden(inputs, layer=3)
+
+
+def test_layerwise_decay_gives_each_depth_its_rate(tiny_bert_dir):
+    teacher, _ = build_teacher(str(tiny_bert_dir), TOY_LABELS, random_init=True)
+    config = FinetuneConfig(learning_rate=1e-3, head_learning_rate=1e-2, layer_decay=0.5, warmup_fraction=0.0)
+    groups = parameter_groups(teacher, config, total_steps=100)
+    rates = [float(opt.learning_rate) for opt, _ in groups]  # at step 0, no warm-up
+    # Last encoder layer (depth 0), first layer (depth 1), embeddings (depth 2), then the head.
+    assert rates == pytest.approx([1e-3, 5e-4, 2.5e-4, 1e-2])
+    names = [[v.name for v in vs] for _, vs in groups]
+    assert all("layer_._1/" in n or "pooler" in n for n in names[0])
+    assert all("layer_._0/" in n for n in names[1])
+    assert all("embeddings" in n for n in names[2])
+    assert sum(len(vs) for _, vs in groups) == len(teacher.trainable_variables)
+
+
+def test_layer_depth_parses_bert_names():
+    assert layer_depth("tf_bert_model/bert/encoder/layer_._11/output/dense/kernel:0", 12) == 0
+    assert layer_depth("tf_bert_model/bert/encoder/layer_._0/output/dense/kernel:0", 12) == 11
+    assert layer_depth("tf_bert_model/bert/embeddings/word_embeddings/weight:0", 12) == 12
+
+
+def test_teacher_dir_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        build_teacher(str(tmp_path / "missing"), TOY_LABELS)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no config.json"):
+        build_teacher(str(tmp_path / "empty"), TOY_LABELS)
+    (tmp_path / "empty" / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="no weights"):
+        build_teacher(str(tmp_path / "empty"), TOY_LABELS)
+    with pytest.raises(ConfigError, match="not a saved teacher"):
+        load_teacher(tmp_path / "empty")

@@ -1,0 +1,213 @@
+"""Fine-tuning a token-classification teacher: AdamW, warm-up then linear decay, optional
+layer-wise learning-rate decay, early stopping on dev entity F1 with best-weights restore."""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+from tqdm.auto import tqdm
+
+from xtremedistil_tf.data.alignment import Windows, decode, encode
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.evaluate import score_by_language
+from xtremedistil_tf.training.schedules import WarmupLinearDecay
+
+log = logging.getLogger(__name__)
+
+_LAYER_RE = re.compile(r"layer_\._(\d+)/")
+
+
+@dataclass
+class FinetuneConfig:
+    epochs: int = 3
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    # The freshly initialised head may learn faster than the pretrained encoder (the
+    # multi-grained paper uses 1e-3 for it); None means the encoder's rate.
+    head_learning_rate: Optional[float] = None
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.01
+    # Multiply the rate by this per layer going down from the top (0.9 in the multi-grained
+    # paper); 1.0 turns layer-wise decay off.
+    layer_decay: float = 1.0
+    patience: int = 2
+    seed: int = 42
+    max_steps_per_epoch: Optional[int] = None
+    progress: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class FinetuneResult:
+    history: List[Dict] = field(default_factory=list)
+    best_epoch: int = -1
+    best_dev_f1: float = -1.0
+
+
+def trim_to_longest(batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+    """Drop the padding columns no row of the batch uses (sentences are mostly far shorter
+    than max_seq_length, so this is most of the compute)."""
+    length = tf.reduce_max(tf.reduce_sum(batch["attention_mask"], axis=1))
+    length = tf.maximum(length, 1)
+    return {k: v[:, :length] for k, v in batch.items()}
+
+
+def windows_dataset(windows: Windows, batch_size: int, shuffle: bool, seed: int = 0) -> tf.data.Dataset:
+    data = {"input_ids": windows.input_ids, "attention_mask": windows.attention_mask,
+            "label_ids": windows.label_ids}
+    ds = tf.data.Dataset.from_tensor_slices(data)
+    if shuffle:
+        ds = ds.shuffle(len(windows), seed=seed, reshuffle_each_iteration=True)
+    return ds.batch(batch_size).map(trim_to_longest).prefetch(tf.data.AUTOTUNE)
+
+
+def masked_token_cross_entropy(label_ids, logits, weights) -> tf.Tensor:
+    """Mean cross-entropy over the positions whose weight is non-zero."""
+    losses = tf.keras.losses.sparse_categorical_crossentropy(label_ids, logits, from_logits=True)
+    weights = tf.cast(weights, losses.dtype)
+    return tf.reduce_sum(losses * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
+
+
+def loss_weights(label_ids, attention_mask, pad_id: int):
+    """Train on real pieces with a label: CLS, SEP and X included (the papers' 11 tags), padding
+    and unlabeled (PAD-tagged) pieces excluded."""
+    return tf.cast(attention_mask, tf.float32) * tf.cast(tf.not_equal(label_ids, pad_id), tf.float32)
+
+
+def layer_depth(variable_name: str, num_layers: int) -> int:
+    """Depth below the top of a variable: 0 for the head and the last encoder layer, L for
+    the embeddings. Variables of unknown place (e.g. a pooler) count as top."""
+    match = _LAYER_RE.search(variable_name)
+    if match:
+        return num_layers - 1 - int(match.group(1))
+    if "embeddings" in variable_name:
+        return num_layers
+    return 0
+
+
+def parameter_groups(teacher, config: FinetuneConfig, total_steps: int):
+    """(optimizer, variables) pairs: one AdamW per learning rate.
+
+    Layer-wise decay needs one optimizer per depth because Adam's update is invariant to a
+    rescaled gradient; scaling the gradients would change nothing.
+    """
+    warmup = int(config.warmup_fraction * total_steps)
+    head_vars = teacher.classifier.trainable_variables
+    head_ids = {id(v) for v in head_vars}
+    by_depth: Dict[int, list] = {}
+    for v in teacher.encoder.trainable_variables:
+        if id(v) not in head_ids:
+            by_depth.setdefault(layer_depth(v.name, teacher.num_layers), []).append(v)
+    groups = []
+    for depth, variables in sorted(by_depth.items()):
+        groups.append((_adamw(config.learning_rate * config.layer_decay ** depth, total_steps, warmup,
+                              config.weight_decay), variables))
+    head_lr = config.head_learning_rate or config.learning_rate
+    groups.append((_adamw(head_lr, total_steps, warmup, config.weight_decay), head_vars))
+    return groups
+
+
+def _adamw(peak, total_steps, warmup, weight_decay):
+    optimizer = tf.keras.optimizers.AdamW(
+        learning_rate=WarmupLinearDecay(peak, total_steps, warmup), weight_decay=weight_decay,
+        epsilon=1e-8)
+    # Standard BERT practice: no decay on LayerNorm parameters and biases.
+    optimizer.exclude_from_weight_decay(var_names=["LayerNorm", "layer_norm", "bias"])
+    return optimizer
+
+
+def make_train_step(teacher, groups, pad_id: int):
+    variables = [v for _, vs in groups for v in vs]
+    sizes = [len(vs) for _, vs in groups]
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[{"input_ids": spec, "attention_mask": spec, "label_ids": spec}])
+    def train_step(batch):
+        with tf.GradientTape() as tape:
+            logits = teacher(batch, training=True)
+            loss = masked_token_cross_entropy(batch["label_ids"], logits,
+                                              loss_weights(batch["label_ids"], batch["attention_mask"], pad_id))
+        grads = tape.gradient(loss, variables)
+        offset = 0
+        for (optimizer, vs), n in zip(groups, sizes):
+            optimizer.apply_gradients(zip(grads[offset:offset + n], vs))
+            offset += n
+        return loss
+
+    return train_step
+
+
+def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.ndarray:
+    """Argmax tag id per piece, [W, L]. Windows are batched by length to skip padding."""
+    logits_fn = _logits_fn(teacher)
+    order = np.argsort(windows.attention_mask.sum(1), kind="stable")
+    out = np.zeros(windows.input_ids.shape, dtype=np.int32)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        length = max(1, int(windows.attention_mask[idx].sum(1).max()))
+        batch = {"input_ids": windows.input_ids[idx, :length],
+                 "attention_mask": windows.attention_mask[idx, :length]}
+        out[idx, :length] = np.argmax(logits_fn(batch).numpy(), axis=-1)
+    return out
+
+
+def _logits_fn(teacher):
+    spec = tf.TensorSpec([None, None], tf.int32)
+    return tf.function(lambda batch: teacher(batch, training=False),
+                       input_signature=[{"input_ids": spec, "attention_mask": spec}])
+
+
+def evaluate_teacher(teacher, tokenizer, sentences: Sequence[Sentence], scheme: str,
+                     batch_size: int = 64) -> Dict:
+    """Entity scores of the teacher's word-level predictions on labeled sentences."""
+    windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    predicted = decode(windows, predict_piece_tags(teacher, windows, batch_size), teacher.tag_vocab)
+    return score_by_language([s.tags for s in sentences], predicted, [s.lang for s in sentences], scheme)
+
+
+def finetune(teacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Sentence], scheme: str,
+             config: FinetuneConfig) -> FinetuneResult:
+    """Train the teacher; after each epoch score dev, keep the best weights, stop after
+    `patience` epochs without improvement, and leave the best weights in the teacher."""
+    tf.keras.utils.set_random_seed(config.seed)
+    windows = encode(train, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    steps = -(-len(windows) // config.batch_size)
+    if config.max_steps_per_epoch:
+        steps = min(steps, config.max_steps_per_epoch)
+    train_step = make_train_step(teacher, parameter_groups(teacher, config, steps * config.epochs),
+                                 teacher.tag_vocab.pad_id)
+    dataset = windows_dataset(windows, config.batch_size, shuffle=True, seed=config.seed)
+    result, best_weights, stale = FinetuneResult(), None, 0
+    for epoch in range(config.epochs):
+        losses = _run_epoch(train_step, dataset.take(steps), steps, epoch, config)
+        dev_scores = evaluate_teacher(teacher, tokenizer, dev, scheme)
+        record = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)),
+                  "dev_f1": dev_scores["all"]["f1"]}
+        result.history.append(record)
+        log.info("teacher epoch %d: train loss %.4f, dev F1 %.4f", epoch + 1, record["train_loss"], record["dev_f1"])
+        if record["dev_f1"] > result.best_dev_f1:
+            result.best_dev_f1, result.best_epoch, stale = record["dev_f1"], epoch + 1, 0
+            best_weights = teacher.get_weights()
+        else:
+            stale += 1
+            if stale >= config.patience:
+                break
+    if best_weights is not None:
+        teacher.set_weights(best_weights)
+    return result
+
+
+def _run_epoch(train_step, dataset, steps, epoch, config) -> List[float]:
+    losses = []
+    bar = tqdm(dataset, total=steps, desc=f"teacher epoch {epoch + 1}/{config.epochs}",
+               disable=not config.progress, unit="batch")
+    for batch in bar:
+        losses.append(float(train_step(batch)))
+        bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
+    return losses

@@ -1,0 +1,182 @@
+"""A BERT-family encoder with a token-classification head, built through `transformers` Auto classes.
+
+Save layout (`TokenTeacher.save(dir)`, mirrored by `load_teacher(dir)`), in the spirit of
+`save_pretrained`:
+    dir/encoder/        the transformer and its tokenizer (`save_pretrained`)
+    dir/head.npz        the classifier's kernel and bias
+    dir/teacher.json    labels, max_seq_length, dropout, format version
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from xtremedistil_tf.data.alignment import TagVocab
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import atomic_dir
+
+FORMAT_VERSION = 1
+
+
+class TokenTeacher(tf.keras.Model):
+    """Transformer encoder + dropout + dense logits over the piece-level tag vocabulary.
+
+    `call` returns logits [B, T, num_tags]; `call_with_hidden(inputs, layer)` also returns
+    hidden_states[layer] ([B, T, H]; 0 is the embedding output, as in `transformers`).
+    """
+
+    def __init__(self, encoder, tag_vocab: TagVocab, max_seq_length: int = 128,
+                 dropout: float = 0.1, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.tag_vocab = tag_vocab
+        self.max_seq_length = int(max_seq_length)
+        self.dropout_rate = float(dropout)
+        self.dropout = tf.keras.layers.Dropout(dropout, name="head_dropout")
+        self.classifier = tf.keras.layers.Dense(
+            len(tag_vocab), name="logits",
+            kernel_initializer=tf.keras.initializers.TruncatedNormal(
+                stddev=getattr(encoder.config, "initializer_range", 0.02)))
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.encoder.config.num_hidden_layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.encoder.config.hidden_size)
+
+    def _encode(self, inputs, training, output_hidden_states):
+        return self.encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                            output_hidden_states=output_hidden_states, training=training)
+
+    def call(self, inputs, training=False):
+        out = self._encode(inputs, training, output_hidden_states=False)
+        return self.classifier(self.dropout(out.last_hidden_state, training=training))
+
+    def call_with_hidden(self, inputs, layer: int):
+        if not 0 <= layer <= self.num_layers:
+            raise ConfigError(f"--teacher_layer={layer} is out of range: the teacher has "
+                              f"{self.num_layers} layers (0 is the embedding output)")
+        out = self._encode(inputs, False, output_hidden_states=True)
+        return self.classifier(out.last_hidden_state), out.hidden_states[layer]
+
+    def build_for_length(self, length: int = 8) -> None:
+        """Create all variables by running one dummy batch."""
+        ones = tf.ones((1, length), tf.int32)
+        self({"input_ids": ones, "attention_mask": ones})
+
+    def word_embeddings(self) -> np.ndarray:
+        """The encoder's input word-embedding matrix [vocab, hidden] (students reuse or SVD-reduce it)."""
+        return self.encoder.get_input_embeddings().weights[0].numpy()
+
+    def save(self, directory, tokenizer) -> None:  # noqa: D102  (Keras' save is not used for teachers)
+        with atomic_dir(directory) as tmp:
+            # safetensors: the h5 format keys weights by scoped names, which differ between a
+            # model made with from_config and one made with from_pretrained, so it reloads wrongly.
+            self.encoder.save_pretrained(str(tmp / "encoder"), safe_serialization=True)
+            tokenizer.save_pretrained(str(tmp / "encoder"))
+            kernel, bias = self.classifier.get_weights()
+            np.savez(tmp / "head.npz", kernel=kernel, bias=bias)
+            meta = {"format_version": FORMAT_VERSION, "labels": self.tag_vocab.labels,
+                    "max_seq_length": self.max_seq_length, "dropout": self.dropout_rate,
+                    "model_type": self.encoder.config.model_type}
+            (tmp / "teacher.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+
+
+def load_encoder(name_or_path: str, random_init: bool = False, config_overrides: Optional[dict] = None):
+    """A TF transformer from a hub name or a local dir (config.json, weights unless `random_init`)."""
+    from transformers import AutoConfig, TFAutoModel
+
+    _check_local_dir(name_or_path, need_weights=not random_init)
+    config = AutoConfig.from_pretrained(name_or_path, **(config_overrides or {}))
+    if random_init:
+        encoder = TFAutoModel.from_config(config)
+        # Build now, in the encoder's own name scope, as from_pretrained does: built later inside
+        # the teacher, its weight names would carry the teacher's scope and the saved
+        # checkpoint would not load back with from_pretrained.
+        encoder.build_in_name_scope()
+        return encoder
+    return TFAutoModel.from_pretrained(name_or_path, config=config)
+
+
+def load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ConfigError(f"{name_or_path}: a fast tokenizer is needed for word alignment "
+                          "(tokenizer.json or a vocab.txt that BertTokenizerFast can read)")
+    return tokenizer
+
+
+def _check_local_dir(name_or_path: str, need_weights: bool) -> None:
+    """Clear errors for local dirs; a name that is not a path is left to the hub (or its cache)."""
+    path = Path(name_or_path)
+    looks_local = path.exists() or os.sep in name_or_path or name_or_path.startswith(".")
+    if not looks_local:
+        return
+    if not path.is_dir():
+        raise ConfigError(f"teacher directory {path} does not exist")
+    if not (path / "config.json").exists():
+        raise ConfigError(f"teacher directory {path} has no config.json")
+    weights = ("tf_model.h5", "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+               "tf_model.h5.index.json")
+    if need_weights and not any((path / w).exists() for w in weights):
+        raise ConfigError(f"teacher directory {path} has no weights (expected one of {', '.join(weights)}); "
+                          "pass --teacher_random_init to start from random weights")
+
+
+def build_teacher(name_or_path: str, labels: Sequence[str], max_seq_length: int = 128,
+                  dropout: float = 0.1, random_init: bool = False,
+                  config_overrides: Optional[dict] = None):
+    """A fresh teacher (pretrained encoder, new head) and its tokenizer."""
+    encoder = load_encoder(name_or_path, random_init, config_overrides)
+    teacher = TokenTeacher(encoder, TagVocab(labels), max_seq_length, dropout)
+    teacher.build_for_length()
+    return teacher, load_tokenizer(name_or_path)
+
+
+def load_teacher(directory):
+    """Reload a teacher written by `TokenTeacher.save`; returns (teacher, tokenizer)."""
+    directory = Path(directory)
+    meta_path = directory / "teacher.json"
+    if not meta_path.exists():
+        raise ConfigError(f"{directory} is not a saved teacher (no teacher.json)")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ConfigError(f"{meta_path}: format_version {meta.get('format_version')} is not {FORMAT_VERSION}")
+    from transformers import TFAutoModel
+
+    encoder = TFAutoModel.from_pretrained(str(directory / "encoder"))
+    teacher = TokenTeacher(encoder, TagVocab(meta["labels"]), meta["max_seq_length"], meta["dropout"])
+    teacher.build_for_length()
+    head = np.load(directory / "head.npz")
+    teacher.classifier.set_weights([head["kernel"], head["bias"]])
+    return teacher, load_tokenizer(str(directory / "encoder"))
+
+
+def write_random_teacher_dir(directory, vocab: Sequence[str], config_overrides: Optional[dict] = None):
+    """A local BERT dir (config.json + vocab.txt, no weights) for a randomly initialised teacher.
+
+    Used where no pretrained model of the language can be had (MSRA without a Chinese BERT):
+    the vocabulary comes from the training data.
+    """
+    from transformers import BertConfig
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens = specials + [t for t in vocab if t not in specials]
+    config = BertConfig(vocab_size=len(tokens), **(config_overrides or {}))
+    with atomic_dir(directory) as tmp:
+        config.save_pretrained(str(tmp))
+        (tmp / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+        # Characters and tokens are used as they are: no lower-casing or accent stripping.
+        (tmp / "tokenizer_config.json").write_text(json.dumps(
+            {"tokenizer_class": "BertTokenizer", "do_lower_case": False, "strip_accents": False,
+             "tokenize_chinese_chars": True}), encoding="utf-8")
+    return Path(directory)

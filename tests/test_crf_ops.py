@@ -49,7 +49,10 @@ def test_matches_tensorflow_addons(fixtures_dir, case):
             # tfa returns the best first-position tag and its potential.
             np.testing.assert_array_equal(value[empty], 0)
             value, expected = value[~empty], expected[~empty]
-        np.testing.assert_allclose(value, expected, rtol=RTOL, atol=ATOL, err_msg=f"case {case}: {key}")
+        # Gradients sum B*T marginals of either sign (entries up to ~40 with some near 0):
+        # float32 rounding of those sums is relative to the largest entry, not to each.
+        atol = 1e-5 * np.abs(expected).max() if key.startswith("grad") else ATOL
+        np.testing.assert_allclose(value, expected, rtol=RTOL, atol=atol, err_msg=f"case {case}: {key}")
     if case == 3:
         assert empty.any(), "case 3 is the zero-length case"
         np.testing.assert_array_equal(ours["log_likelihood"].numpy()[empty], 0.0)

@@ -37,6 +37,9 @@ FORBIDDEN_THRESHOLD = FORBIDDEN / 2
 # Score of a tag outside the candidate set in crf_multitag_sequence_score: far below any
 # sum of FORBIDDEN moves so those paths never mix with the allowed ones.
 _EXCLUDED = -1e9
+_TINY = float(np.finfo(np.float32).tiny)
+# A step sum below this lost precision (float32 denormals start at ~1.2e-38).
+_UNDERFLOW = 1e-30
 
 
 def _prepare(potentials, lengths, transitions=None):
@@ -75,28 +78,53 @@ def _time_mask(lengths, num_steps):
     return tf.sequence_mask(lengths, num_steps, dtype=tf.float32)
 
 
-def _logsumexp_prev(alpha, transitions):
-    """log sum_i exp(alpha[b, i] + transitions[i, j]) -> [B, N] for alpha [B, N].
-
-    Hand-rolled rather than tf.reduce_logsumexp: no -inf handling is needed
-    (scores are finite by convention) and the fewer ops per step matter inside
-    the time loop. The max is stop-gradient'ed: it cancels analytically.
-    """
-    scores = alpha[:, :, None] + transitions[None]
-    peak = tf.stop_gradient(tf.reduce_max(scores, axis=1))
-    return tf.math.log(tf.reduce_sum(tf.exp(scores - peak[:, None, :]), axis=1)) + peak
-
-
 def _forward(potentials, transitions):
     """Forward algorithm. potentials [B, T, N] (T >= 1) -> alphas [B, T, N].
 
     alphas[b, t, j] = log-sum of the scores of all prefixes 0..t ending in tag j.
     Computed for every t regardless of length; callers gather at length - 1.
+    Runs the fast exp-space recursion and, only if it underflowed anywhere, the
+    exact log-space one (see both).
     """
+    alphas, smallest = _forward_scaled(potentials, transitions)
+    return tf.cond(smallest < _UNDERFLOW, lambda: _forward_exact(potentials, transitions), lambda: alphas)
+
+
+def _forward_scaled(potentials, transitions):
+    """Forward recursion as a matmul in exp space; returns (alphas [B, T, N], smallest step sum).
+
+    Shifted by the row max of alpha and the column max of the transitions. On CPU
+    graphs the loop costs per op, and this needs fewer and cheaper ops than a
+    [B, N, N] logsumexp (about 40% less time). It underflows when every
+    predecessor of a tag is far (> ~80) below the shift, which happens when all
+    paths to it are forbidden (-1e4); the smallest sum seen tells the caller.
+    """
+    column_max = tf.stop_gradient(tf.reduce_max(transitions, axis=0))
+    exp_transitions = tf.exp(transitions - column_max)
+    time_major = tf.transpose(potentials, [1, 0, 2])
+
+    def step(carry, potential_t):
+        alpha, smallest = carry
+        peak = tf.stop_gradient(tf.reduce_max(alpha, axis=1, keepdims=True))
+        total = tf.matmul(tf.exp(alpha - peak), exp_transitions)
+        # The clamp keeps log finite (and gradients NaN-free) when the fallback is not taken.
+        alpha = tf.math.log(tf.maximum(total, _TINY)) + peak + potential_t
+        return alpha, tf.minimum(smallest, tf.reduce_min(total))
+
+    rest, smallest = tf.scan(step, time_major[1:] + column_max, initializer=(time_major[0], tf.constant(np.inf)))
+    alphas = tf.transpose(tf.concat([time_major[:1], rest], axis=0), [1, 0, 2])
+    return alphas, tf.reduce_min(tf.concat([[np.inf], smallest], axis=0))
+
+
+def _forward_exact(potentials, transitions):
+    """Forward recursion as a [B, N, N] logsumexp per step: exact for any finite scores."""
     time_major = tf.transpose(potentials, [1, 0, 2])
 
     def step(alpha, potential_t):
-        return _logsumexp_prev(alpha, transitions) + potential_t
+        scores = alpha[:, :, None] + transitions[None]
+        # The max cancels analytically, so it needs no gradient.
+        peak = tf.stop_gradient(tf.reduce_max(scores, axis=1))
+        return tf.math.log(tf.reduce_sum(tf.exp(scores - peak[:, None, :]), axis=1)) + peak + potential_t
 
     rest = tf.scan(step, time_major[1:], initializer=time_major[0])
     return tf.transpose(tf.concat([time_major[:1], rest], axis=0), [1, 0, 2])
@@ -187,24 +215,35 @@ def crf_marginals(potentials, lengths, transitions):
 
 
 def _backtrack(backpointers, last_index, lengths, num_steps):
-    """Follows backpointers from the last real position to 0.
+    """Follows backpointers from the last real position to 0, without a loop.
 
     backpointers [B, T, M] int32 (entry t maps a state at t to its state at t-1;
     entry 0 unused); last_index [B, P] int32 the states at position length-1 of
     P paths per sequence. Returns [B, P, T] int32 states, 0 past the length.
+
+    Pointer doubling: maps[t] takes the state at t+1 to the state at t (identity
+    from length-1 on, so every walk can start at T-1 with the final state); after
+    round d, maps[t] composes 2^d consecutive maps. log2(T) batched gathers replace
+    T sequential loop steps, which cost far more per step in TF graphs.
     """
-    time_major = tf.transpose(backpointers, [1, 0, 2])
-    steps = tf.range(tf.shape(backpointers)[1] - 1, 0, -1)
+    num_padded = tf.shape(backpointers)[1]
+    num_states = tf.shape(backpointers)[2]
+    identity = tf.broadcast_to(tf.range(num_states), tf.shape(backpointers))
+    shifted = tf.concat([backpointers[:, 1:], identity[:, :1]], axis=1)
+    keep = (tf.range(num_padded)[None, :] < lengths[:, None] - 1)[:, :, None]
+    maps = tf.where(keep, shifted, identity)
 
-    def step(state, t):
-        previous = tf.gather(time_major[t], state, batch_dims=1)
-        # Hold the final state until the walk reaches the sequence's last position.
-        return tf.where((t < lengths)[:, None], previous, state)
+    positions = tf.range(num_padded)[None, :, None]
 
-    states = tf.scan(step, steps, initializer=last_index)  # [T-1, B, P] for t = T-2 .. 0
-    states = tf.concat([tf.reverse(states, [0]), last_index[None]], axis=0)
-    mask = tf.sequence_mask(lengths, tf.shape(backpointers)[1], dtype=tf.int32)
-    return (tf.transpose(states, [1, 2, 0]) * mask[:, None, :])[:, :, :num_steps]
+    def compose(span, maps):
+        # maps[t + span], identity past the end; roll keeps shapes static for XLA.
+        later = tf.where(positions + span < num_padded, tf.roll(maps, -span, axis=1), identity)
+        return span * 2, tf.gather(maps, later, batch_dims=2)
+
+    _, maps = tf.while_loop(lambda span, _: span < num_padded, compose, (tf.constant(1), maps))
+    states = tf.transpose(tf.gather(maps, last_index, axis=2, batch_dims=1), [0, 2, 1])
+    mask = tf.sequence_mask(lengths, num_padded, dtype=tf.int32)
+    return (states * mask[:, None, :])[:, :, :num_steps]
 
 
 def crf_decode(potentials, transitions, lengths):
@@ -216,14 +255,15 @@ def crf_decode(potentials, transitions, lengths):
     potentials, lengths, transitions, num_steps = _prepare(potentials, lengths, transitions)
     time_major = tf.transpose(potentials, [1, 0, 2])
 
-    def step(carry, potential_t):
-        scores = carry[0][:, :, None] + transitions[None]
-        return tf.reduce_max(scores, axis=1) + potential_t, tf.argmax(scores, axis=1, output_type=tf.int32)
+    def step(best, potential_t):
+        return tf.reduce_max(best[:, :, None] + transitions[None], axis=1) + potential_t
 
-    first = (time_major[0], tf.zeros_like(time_major[0], tf.int32))
-    best, pointers = tf.scan(step, time_major[1:], initializer=first)
-    best = tf.transpose(tf.concat([first[0][None], best], 0), [1, 0, 2])
-    pointers = tf.transpose(tf.concat([first[1][None], pointers], 0), [1, 0, 2])
+    best = tf.scan(step, time_major[1:], initializer=time_major[0])
+    best = tf.concat([time_major[:1], best], axis=0)  # [T, B, N]
+    # Backpointers for all steps at once, outside the loop (argmax in the loop costs as much again).
+    pointers = tf.argmax(best[:-1, :, :, None] + transitions[None, None], axis=2, output_type=tf.int32)
+    pointers = tf.transpose(tf.concat([tf.zeros_like(pointers[:1]), pointers], axis=0), [1, 0, 2])
+    best = tf.transpose(best, [1, 0, 2])
     last = _at_last(best, lengths)
     last_tag = tf.argmax(last, axis=-1, output_type=tf.int32)
     tags = _backtrack(pointers, last_tag[:, None], lengths, num_steps)[:, 0]
@@ -268,31 +308,27 @@ def crf_kbest_decode(potentials, transitions, lengths, k):
     neg_inf = tf.constant(-np.inf, tf.float32)
     hard_pots = tf.where(potentials <= FORBIDDEN_THRESHOLD, neg_inf, potentials)
     hard_trans = tf.where(transitions <= FORBIDDEN_THRESHOLD, neg_inf, transitions)
-    time_major = tf.transpose(hard_pots, [1, 0, 2])
+    # Tag-major state [B, N, k] (index tag * k + rank): the candidates for each tag
+    # are then contiguous, so the step needs no transposes.
+    time_major = tf.transpose(hard_pots, [1, 0, 2])[:, :, :, None]  # [T, B, N, 1]
+    moves = tf.transpose(hard_trans)[None, :, :, None]  # [1, N_to, N_from, 1]
     batch = tf.shape(potentials)[0]
 
     def step(carry, potential_t):
-        # candidates[b, j, r * N + i]: rank r of tag i at t-1, then a move to j.
-        candidates = carry[0][:, :, :, None] + hard_trans[None, None]
-        candidates = tf.transpose(tf.reshape(candidates, [batch, k * num_tags, num_tags]), [0, 2, 1])
+        # candidates[b, j, i * k + r]: rank r of tag i at t-1, then a move to j.
+        candidates = tf.reshape(carry[0][:, None] + moves, [batch, num_tags, num_tags * k])
         values, indices = tf.math.top_k(candidates, k=k, sorted=True)
-        return (
-            tf.transpose(values, [0, 2, 1]) + potential_t[:, None, :],
-            tf.reshape(tf.transpose(indices, [0, 2, 1]), [batch, k * num_tags]),
-        )
+        return values + potential_t, tf.reshape(indices, [batch, num_tags * k])
 
     # Only rank 0 exists at t = 0; the other ranks start as -inf (no path).
-    first_scores = tf.concat(
-        [time_major[0][:, None, :], tf.fill([batch, k - 1, num_tags], neg_inf)], axis=1
-    )
-    first = (first_scores, tf.zeros([batch, k * num_tags], tf.int32))
+    first_scores = tf.concat([time_major[0], tf.fill([batch, num_tags, k - 1], neg_inf)], axis=2)
+    first = (first_scores, tf.zeros([batch, num_tags * k], tf.int32))
     scores, pointers = tf.scan(step, time_major[1:], initializer=first)
-    scores = tf.concat([first[0][None], scores], 0)  # [T, B, k, N]
-    pointers = tf.transpose(tf.concat([first[1][None], pointers], 0), [1, 0, 2])  # [B, T, k*N]
-    last = tf.reshape(_at_last(tf.transpose(scores, [1, 0, 2, 3]), lengths), [batch, k * num_tags])
+    scores = tf.concat([first[0][None], scores], 0)  # [T, B, N, k]
+    pointers = tf.transpose(tf.concat([first[1][None], pointers], 0), [1, 0, 2])  # [B, T, N*k]
+    last = tf.reshape(_at_last(tf.transpose(scores, [1, 0, 2, 3]), lengths), [batch, num_tags * k])
     best, last_index = tf.math.top_k(last, k=k, sorted=True)
-    # A state index r * N + j decodes to tag j.
-    tags = _backtrack(pointers, last_index, lengths, num_steps) % num_tags
+    tags = _backtrack(pointers, last_index, lengths, num_steps) // k
     empty = tf.equal(lengths, 0)[:, None]
     first_rank = tf.equal(tf.range(k), 0)[None, :]
     best = tf.where(empty, tf.where(first_rank, 0.0, neg_inf), best)

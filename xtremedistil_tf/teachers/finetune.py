@@ -102,7 +102,8 @@ def parameter_groups(teacher, config: FinetuneConfig, total_steps: int):
     head_ids = {id(v) for v in head_vars}
     by_depth: Dict[int, list] = {}
     for v in teacher.encoder.trainable_variables:
-        if id(v) not in head_ids:
+        # The pooler feeds nothing a token head uses, so it gets no gradient.
+        if id(v) not in head_ids and "pooler" not in v.name:
             by_depth.setdefault(layer_depth(v.name, teacher.num_layers), []).append(v)
     groups = []
     for depth, variables in sorted(by_depth.items()):
@@ -145,7 +146,7 @@ def make_train_step(teacher, groups, pad_id: int):
 
 def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.ndarray:
     """Argmax tag id per piece, [W, L]. Windows are batched by length to skip padding."""
-    logits_fn = _logits_fn(teacher)
+    logits_fn = teacher.predict_fn()
     order = np.argsort(windows.attention_mask.sum(1), kind="stable")
     out = np.zeros(windows.input_ids.shape, dtype=np.int32)
     for start in range(0, len(order), batch_size):
@@ -155,12 +156,6 @@ def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.nd
                  "attention_mask": windows.attention_mask[idx, :length]}
         out[idx, :length] = np.argmax(logits_fn(batch).numpy(), axis=-1)
     return out
-
-
-def _logits_fn(teacher):
-    spec = tf.TensorSpec([None, None], tf.int32)
-    return tf.function(lambda batch: teacher(batch, training=False),
-                       input_signature=[{"input_ids": spec, "attention_mask": spec}])
 
 
 def evaluate_teacher(teacher, tokenizer, sentences: Sequence[Sentence], scheme: str,

@@ -66,6 +66,14 @@ class TokenTeacher(tf.keras.Model):
         out = self._encode(inputs, False, output_hidden_states=True)
         return self.classifier(out.last_hidden_state), out.hidden_states[layer]
 
+    def predict_fn(self):
+        """Inference logits as one compiled function for any batch size and length (traced once)."""
+        if getattr(self, "_predict_fn", None) is None:
+            spec = tf.TensorSpec([None, None], tf.int32)
+            self._predict_fn = tf.function(lambda batch: self(batch, training=False),
+                                           input_signature=[{"input_ids": spec, "attention_mask": spec}])
+        return self._predict_fn
+
     def build_for_length(self, length: int = 8) -> None:
         """Create all variables by running one dummy batch."""
         ones = tf.ones((1, length), tf.int32)

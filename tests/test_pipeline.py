@@ -1,0 +1,92 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, toy_ner_sentences
+from xtremedistil_tf import pipeline
+from xtremedistil_tf.data.loading import DataConfig
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.teachers.cache import read_sharded
+from xtremedistil_tf.teachers.finetune import FinetuneConfig
+
+
+def write_conll(path, sentences):
+    path.write_text("".join("".join(f"{w} {t}\n" for w, t in zip(s.tokens, s.tags)) + "\n" for s in sentences),
+                    encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def toy_corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    write_conll(root / "train.txt", toy_ner_sentences(200, seed=3))
+    write_conll(root / "test.txt", toy_ner_sentences(40, seed=4))
+    (root / "unlabeled.txt").write_text("john was in paris\nmary at berlin .\n", encoding="utf-8")
+    return root
+
+
+def toy_config(work_dir, corpus, teacher_dir):
+    data = DataConfig(format="conll", data_dir=str(corpus), train_file="train.txt", test_file="test.txt",
+                      transfer_file="unlabeled.txt", dev_fraction=0.2)
+    teacher = pipeline.TeacherConfig(name=str(teacher_dir), random_init=True, max_seq_length=16, dropout=0.0,
+                                     layer=1, finetune=FinetuneConfig(epochs=3, batch_size=16, learning_rate=3e-3,
+                                                                      progress=False))
+    return pipeline.RunConfig(work_dir=str(work_dir), data=data, teacher=teacher,
+                              transfer=pipeline.TransferConfig(shard_size=64, batch_size=32), progress=False)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, toy_corpus, tiny_bert_dir):
+    work = tmp_path_factory.mktemp("work")
+    cfg = toy_config(work, toy_corpus, tiny_bert_dir)
+    return cfg, pipeline.run(cfg)
+
+
+def test_pipeline_writes_every_artifact(finished_run):
+    cfg, metrics = finished_run
+    work = cfg.work_dir
+    for name in ("data/train.jsonl", "data/step.json", "teacher/model/teacher.json", "transfer/manifest.json",
+                 "metrics.json", "config.json"):
+        assert os.path.exists(os.path.join(work, name)), name
+    assert metrics["data"]["train_sentences"] == 160 and metrics["data"]["dev_sentences"] == 40
+    assert metrics["data"]["transfer_sentences"] == 2
+    assert metrics["teacher"]["scores"]["test"]["all"]["f1"] > 0.8
+    # Transfer set = labeled train + unlabeled sentences, one window each at this length.
+    ds = list(read_sharded(os.path.join(work, "transfer")).as_numpy_iterator())
+    assert len(ds) == 162
+    assert ds[0]["logits"].shape == (16, 9) and ds[0]["hidden"].shape == (16, 32)
+    # Padding positions carry zeros; the unlabeled sentences carry PAD tags only.
+    assert np.all(ds[0]["logits"][ds[0]["attention_mask"] == 0] == 0)
+    assert np.all(ds[-1]["label_ids"] == 8)
+
+
+def test_rerun_skips_finished_steps(finished_run):
+    cfg, _ = finished_run
+    stamp = os.stat(os.path.join(cfg.work_dir, "teacher", "model", "head.npz")).st_mtime_ns
+    pipeline.run(cfg)
+    assert os.stat(os.path.join(cfg.work_dir, "teacher", "model", "head.npz")).st_mtime_ns == stamp
+
+
+def test_work_dir_of_another_config_is_refused(finished_run, toy_corpus, tiny_bert_dir):
+    cfg, _ = finished_run
+    other = toy_config(cfg.work_dir, toy_corpus, tiny_bert_dir)
+    other.data.dev_fraction = 0.3
+    with pytest.raises(ConfigError, match=r"another configuration.*dev_fraction: 0.2 in the work dir, 0.3 now"):
+        pipeline.run(other)
+    assert json.load(open(os.path.join(cfg.work_dir, "data", "step.json")))["fingerprint"]["data"]["dev_fraction"] == 0.2
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path):
+    bad = tmp_path / "train.txt"
+    bad.write_text("john B-PER\nparis\n", encoding="utf-8")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, str(REPO / "bin" / "train"), f"--work_dir={tmp_path / 'w'}",
+                           f"--train_file={bad}", "--teacher=minilm", "--no_progress"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"error: {bad}:2:")
+    assert "Traceback" not in proc.stderr

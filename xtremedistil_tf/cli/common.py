@@ -1,0 +1,46 @@
+"""What every command shares: common flags, logging to the work dir, one-line errors."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Callable
+
+from absl import flags
+
+from xtremedistil_tf.errors import XtremeDistilError
+
+FLAGS = flags.FLAGS
+
+
+def define_common_flags() -> None:
+    flags.DEFINE_string("work_dir", "", "Directory that holds every artifact of the run.")
+    flags.DEFINE_bool("verbose", False, "Show tracebacks and debug logging.")
+    flags.DEFINE_bool("no_progress", False, "Hide progress bars (e.g. in CI logs).")
+
+
+def log_to_work_dir(work_dir) -> Path:
+    """Also write the run's log to <work_dir>/run.log (appended: a resumed run continues it)."""
+    path = Path(work_dir) / "run.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if FLAGS.verbose else logging.INFO)
+    return path
+
+
+def run_main(body: Callable[[], None]) -> None:
+    """Run a command; a user error (bad data, flags, dirs) becomes one line on stderr and exit 2.
+
+    Tracebacks are for bugs, or with --verbose.
+    """
+    logging.getLogger().setLevel(logging.DEBUG if FLAGS.verbose else logging.INFO)
+    try:
+        body()
+    except (XtremeDistilError, FileNotFoundError, PermissionError, OSError) as e:
+        if FLAGS.verbose:
+            raise
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)

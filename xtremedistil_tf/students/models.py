@@ -1,0 +1,130 @@
+"""XtremeDistil students as Keras functional models with stable layer names.
+
+Layout (paper section 3 and 4; in the authors' code the heads sit on the projection output):
+
+    input_ids ─> word_embedding ─> dropout ─> bilstm | encoder ─> dropout ─> projection (GELU, W^f b^f)
+                                                                               ├─> dropout ─> logits  (W^r b^r)
+                                                                               └─> dropout ─> softmax (W^s) ─> probs
+
+Outputs, a dict: "projection" [B, T, H_T] (compared with the teacher's hidden states),
+"logits" [B, T, N] (regresses the teacher's logits), "probs" [B, T, N] (softmax over the tags,
+trained on labels). The layer names `word_embedding`, `bilstm`/`encoder`, `projection`,
+`logits`, `softmax` are what unfreezing schedules name (training/strategies.py).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from xtremedistil_tf.students.embeddings import check_embeddings
+from xtremedistil_tf.students.layers import SequenceMask, TransformerEncoder
+
+OUTPUTS = ("projection", "logits", "probs")
+
+
+def _inputs():
+    return (tf.keras.Input(shape=(None,), dtype=tf.int32, name="input_ids"),
+            tf.keras.Input(shape=(None,), dtype=tf.int32, name="attention_mask"))
+
+
+def _word_embedding(vocab_size: int, embedding_dim: int):
+    return tf.keras.layers.Embedding(
+        vocab_size, embedding_dim, name="word_embedding",
+        embeddings_initializer=tf.keras.initializers.RandomUniform(-0.1, 0.1))
+
+
+def _heads(states, num_tags: int, teacher_hidden: int, dropout: float) -> dict:
+    """Projection, logit regressor and softmax head on `states` [..., width] -> output dict."""
+    projection = tf.keras.layers.Dense(teacher_hidden, activation="gelu", name="projection")(states)
+    dropped = tf.keras.layers.Dropout(dropout, name="projection_dropout")(projection)
+    logits = tf.keras.layers.Dense(num_tags, name="logits")(dropped)
+    # Eq. 1 has no bias for W^s.
+    scores = tf.keras.layers.Dense(num_tags, use_bias=False, name="softmax")(dropped)
+    probs = tf.keras.layers.Activation("softmax", dtype="float32", name="probs")(scores)
+    return {"projection": projection, "logits": logits, "probs": probs}
+
+
+def _finish(model: tf.keras.Model, embeddings: Optional[np.ndarray], freeze_embeddings: bool):
+    layer = model.get_layer("word_embedding")
+    if embeddings is not None:
+        layer.set_weights([check_embeddings(embeddings, layer.input_dim, layer.output_dim)])
+    # A frozen layer is kept frozen by the staged loop (it never unfreezes what starts frozen).
+    layer.trainable = not freeze_embeddings
+    return model
+
+
+def build_bilstm_student(vocab_size: int, num_tags: int, embedding_dim: int = 300, hidden: int = 600,
+                         teacher_hidden: int = 768, dropout: float = 0.2,
+                         embeddings: Optional[np.ndarray] = None, freeze_embeddings: bool = False,
+                         name: str = "bilstm_student") -> tf.keras.Model:
+    """Token-tagging student: embeddings, one BiLSTM layer (`hidden` units per direction), heads.
+
+    Inputs {"input_ids", "attention_mask"} [B, T] int32; outputs as in the module docstring.
+    Paper defaults (Table 12): E=300 (SVD of the teacher's embeddings), H=2x600, dropout 0.2.
+    `embeddings` [vocab_size, embedding_dim] initialises the word embeddings (e.g.
+    `svd_reduce(teacher.word_embeddings(), E)`, or the teacher's own matrix with
+    `freeze_embeddings=True`); None keeps a random uniform(-0.1, 0.1) init.
+    """
+    input_ids, attention_mask = _inputs()
+    mask = SequenceMask(name="sequence_mask")(attention_mask)
+    x = _word_embedding(vocab_size, embedding_dim)(input_ids)
+    x = tf.keras.layers.Dropout(dropout, name="embedding_dropout")(x)
+    x = tf.keras.layers.Bidirectional(tf.keras.layers.LSTM(hidden, return_sequences=True),
+                                      name="bilstm")(x, mask=mask)
+    x = tf.keras.layers.Dropout(dropout, name="bilstm_dropout")(x)
+    outputs = _heads(x, num_tags, teacher_hidden, dropout)
+    model = tf.keras.Model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs, name=name)
+    return _finish(model, embeddings, freeze_embeddings)
+
+
+def build_transformer_student(vocab_size: int, num_tags: int, embedding_dim: int = 240, depth: int = 3,
+                              heads: int = 4, ffn: int = 960, teacher_hidden: int = 768,
+                              max_length: int = 512, dropout: float = 0.2,
+                              embeddings: Optional[np.ndarray] = None, freeze_embeddings: bool = False,
+                              name: str = "transformer_student") -> tf.keras.Model:
+    """Token-tagging student with a `depth`-block transformer (layer `encoder`) instead of the BiLSTM.
+
+    Same inputs, outputs and heads as `build_bilstm_student`; Table 15 pairs e.g. E=240, depth 3
+    with the BiLSTM E=100, H=600 at similar latency. `embedding_dim` must divide by `heads`.
+    """
+    input_ids, attention_mask = _inputs()
+    x = _word_embedding(vocab_size, embedding_dim)(input_ids)
+    x = tf.keras.layers.Dropout(dropout, name="embedding_dropout")(x)
+    x = TransformerEncoder(embedding_dim, depth, heads, ffn, max_length=max_length, dropout=dropout,
+                           name="encoder")([x, attention_mask])
+    x = tf.keras.layers.Dropout(dropout, name="encoder_dropout")(x)
+    outputs = _heads(x, num_tags, teacher_hidden, dropout)
+    model = tf.keras.Model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs, name=name)
+    return _finish(model, embeddings, freeze_embeddings)
+
+
+def build_bilstm_classifier(vocab_size: int, num_classes: int, embedding_dim: int = 300, hidden: int = 600,
+                            teacher_hidden: int = 768, dropout: float = 0.2,
+                            embeddings: Optional[np.ndarray] = None, freeze_embeddings: bool = False,
+                            name: str = "bilstm_classifier") -> tf.keras.Model:
+    """Sentence-classification student (paper 6.6): the BiLSTM's last states (forward state at the
+    last real token, backward state at the first) feed projection, regression and softmax.
+
+    Outputs "projection" [B, H_T], "logits" [B, C], "probs" [B, C]; compare with the teacher's
+    [CLS] hidden state and logits.
+    """
+    input_ids, attention_mask = _inputs()
+    mask = SequenceMask(name="sequence_mask")(attention_mask)
+    x = _word_embedding(vocab_size, embedding_dim)(input_ids)
+    x = tf.keras.layers.Dropout(dropout, name="embedding_dropout")(x)
+    x = tf.keras.layers.Bidirectional(tf.keras.layers.LSTM(hidden), name="bilstm")(x, mask=mask)
+    x = tf.keras.layers.Dropout(dropout, name="bilstm_dropout")(x)
+    outputs = _heads(x, num_classes, teacher_hidden, dropout)
+    model = tf.keras.Model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs, name=name)
+    return _finish(model, embeddings, freeze_embeddings)
+
+
+def encoder_layer_name(student: tf.keras.Model) -> str:
+    """`bilstm` or `encoder`: the name of the student's sequence layer."""
+    names = {layer.name for layer in student.layers}
+    for candidate in ("bilstm", "encoder"):
+        if candidate in names:
+            return candidate
+    raise ValueError(f"student {student.name} has neither a 'bilstm' nor an 'encoder' layer")

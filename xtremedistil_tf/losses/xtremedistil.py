@@ -1,0 +1,80 @@
+"""XtremeDistil's three losses as plain tensor functions, each a masked mean over positions.
+
+Shapes: leading dims `[...]` are [B, T] for token tagging and [B] for sentence classification;
+`mask [...]` is 1 where a position counts (real tokens: attention_mask; for CE also label != PAD)
+and 0 elsewhere, so padding never changes a loss. Every loss is a mean over counted positions,
+which keeps its scale independent of batch size and sentence length.
+
+- `cross_entropy`:    L_CE (Eq. 2), hard labels, from the softmax head's pre-softmax scores.
+- `logit_mse`:        L_LL (Eq. 4), squared error to the teacher's logits, mean over the tags
+                      (the authors' code compiles Keras' 'mse'; Eq. 4's 1/2 and sum only rescale).
+- `representation_mse` / `representation_kld`: L_RL (Eq. 6) between the GELU-projected student
+                      states and the teacher's layer-l hidden states.
+
+Default representation loss: MSE (`DEFAULT_REPRESENTATION_LOSS`). The paper's text says KLD, but
+the authors' released code (XtremeDistil-v2 `models.compile_model`) trains stage 1 with 'mse', and
+KLD over a softmax of the hidden dimension throws information away: it is blind to a per-token
+shift of all dims and, as BERT hidden states have a few large-magnitude outlier dims, the teacher's
+softmax is close to one-hot on those, so most dims get almost no gradient. MSE matches every dim
+and its scale, which is what the later stages read through the projection. KLD is available with
+`representation_loss="kld"`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import tensorflow as tf
+
+DEFAULT_REPRESENTATION_LOSS = "mse"
+
+
+def masked_mean(values: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """Mean of `values [...]` over positions where `mask [...]` is non-zero; 0 when none is."""
+    mask = tf.cast(mask, values.dtype)
+    return tf.reduce_sum(values * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+
+def label_mask(label_ids: tf.Tensor, attention_mask: tf.Tensor, pad_id: int) -> tf.Tensor:
+    """float mask [...]: real positions with a label (CLS, SEP and X count; PAD-tagged ones,
+    i.e. padding and unlabeled transfer sentences, do not)."""
+    return tf.cast(attention_mask, tf.float32) * tf.cast(tf.not_equal(label_ids, pad_id), tf.float32)
+
+
+def cross_entropy(label_ids: tf.Tensor, scores: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """Hard-label CE: label_ids [...] int, scores [..., N] pre-softmax (W^s h), mask [...] -> scalar."""
+    scores = tf.cast(scores, tf.float32)
+    # Masked positions may hold ids outside [0, N) (e.g. -1 padding); clip so the op stays valid.
+    safe = tf.clip_by_value(tf.cast(label_ids, tf.int32), 0, tf.shape(scores)[-1] - 1)
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=safe, logits=scores)
+    return masked_mean(losses, mask)
+
+
+def logit_mse(student_logits: tf.Tensor, teacher_logits: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """Logit regression: mean over counted positions of mean_c (r_c - t_c)^2; [..., N] twice, mask [...]."""
+    diff = tf.cast(student_logits, tf.float32) - tf.cast(teacher_logits, tf.float32)
+    return masked_mean(tf.reduce_mean(tf.square(diff), axis=-1), mask)
+
+
+def representation_mse(student: tf.Tensor, teacher: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """Representation MSE: projected student [..., H] vs teacher hidden [..., H], mean over dims."""
+    diff = tf.cast(student, tf.float32) - tf.cast(teacher, tf.float32)
+    return masked_mean(tf.reduce_mean(tf.square(diff), axis=-1), mask)
+
+
+def representation_kld(student: tf.Tensor, teacher: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """Representation KLD as in the paper: softmax over the hidden dim of both, KL(teacher || student)
+    summed over the dim, mean over counted positions. [..., H] twice, mask [...] -> scalar."""
+    log_s = tf.nn.log_softmax(tf.cast(student, tf.float32), axis=-1)
+    log_t = tf.nn.log_softmax(tf.cast(teacher, tf.float32), axis=-1)
+    kl = tf.reduce_sum(tf.exp(log_t) * (log_t - log_s), axis=-1)
+    return masked_mean(kl, mask)
+
+
+REPRESENTATION_LOSSES = {"mse": representation_mse, "kld": representation_kld}
+
+
+def representation_loss(name: str) -> Callable:
+    """The representation loss called `name` ('mse' or 'kld')."""
+    if name not in REPRESENTATION_LOSSES:
+        raise ValueError(f"unknown representation loss {name!r}; choose one of {sorted(REPRESENTATION_LOSSES)}")
+    return REPRESENTATION_LOSSES[name]

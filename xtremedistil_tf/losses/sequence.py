@@ -1,0 +1,157 @@
+"""Sequence-level and token-level distillation losses for a CRF student (multi-grained KD,
+Zhou et al., NAACL 2021), as plain tensor functions.
+
+Shapes: B batch, T time, N tags, K k-best slots. `student_potentials` [B, T, N] are the
+student's unary CRF scores (boundary constraints already applied, as `CRF.call` returns them),
+`transitions` [N, N] its transition matrix (forbidden moves at -1e4), `lengths` [B] the real
+length of each left-aligned sequence. Teacher surrogates come from the cache
+(`teachers/surrogates.py`): `kbest_tags` [B, K, T], `teacher_probs` [B, K] and `valid` [B, K].
+
+Every loss is a scalar mean over the batch (sequence losses) or over real tokens (token
+losses), float32, finite for any finite inputs, and runs inside `tf.function` with unknown B, T.
+
+- `hard_loss`:          L_hard (Eq. 7), -log P_s(y_hard).
+- `kbest_seq_ce`:       L_Seq-ce (Eq. 4-5), k-best CE plus the residual-mass term.
+- `fuzzy_loss`:         L_Seq-fuzzy (Eq. 6), binary CE on the top-K mass. Eq. 3's fuzzy-CRF
+                        probability of the candidate set, with the k-best paths as the set, *is*
+                        p^s_sum, so Eq. 3 and Eq. 6 describe the same quantity.
+- `token_emission_kd`:  L_Token-em (Eq. 10 with softmaxed emissions).
+- `token_posterior_kd`: L_Token-pos (Eq. 10 with CRF marginals).
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from xtremedistil_tf.crf import ops
+
+# p^s_sum is clipped to at most 1 - RESIDUAL_EPS before log(1 - p^s_sum): the student may put
+# (numerically) all its mass on the k paths, and the gradient of log(1 - p) blows up as p -> 1.
+RESIDUAL_EPS = 1e-6
+# Floor for the student's token marginals before the log: a tag the student's constraints
+# forbid has marginal exactly 0; the teacher's marginal there is 0 too unless the constraints differ.
+_MARGINAL_FLOOR = 1e-30
+
+
+def _batch_mean(values):
+    """Mean of [B] per-example losses; 0 for an empty batch."""
+    return tf.math.divide_no_nan(tf.reduce_sum(values), tf.cast(tf.size(values), tf.float32))
+
+
+def _masked_token_mean(values, mask):
+    """Mean of values [B, T] over mask [B, T] (float); 0 when nothing is masked in."""
+    return tf.math.divide_no_nan(tf.reduce_sum(values * mask), tf.reduce_sum(mask))
+
+
+def hard_loss(student_potentials, tags, lengths, transitions):
+    """L_hard (Eq. 7): mean CRF NLL of `tags` [B, T] (the gold sequence for labeled data, the
+    teacher's top-1 path, `kbest_tags[:, 0]`, for unlabeled data). Returns a scalar."""
+    return ops.crf_nll_loss(student_potentials, tags, lengths, transitions)
+
+
+def kbest_student_log_probs(student_potentials, lengths, transitions, kbest_tags):
+    """log P_s(y_k | x) of each of the teacher's k-best paths under the student CRF.
+
+    student_potentials [B, T, N], lengths [B], transitions [N, N], kbest_tags [B, K, T] int.
+    Returns [B, K] float32 (invalid slots hold the log-prob of whatever tags they contain;
+    callers mask them with `valid`).
+    """
+    potentials = tf.cast(student_potentials, tf.float32)
+    kbest_tags = tf.convert_to_tensor(kbest_tags)
+    batch, num_paths, num_steps = tf.unstack(tf.shape(kbest_tags))
+    # Score all B*K paths in one call: repeat each sequence's potentials and length K times.
+    # (An explicit shape: [-1, T] is ambiguous for an empty batch with T = 0.)
+    flat_tags = tf.reshape(kbest_tags, [batch * num_paths, num_steps])
+    flat_potentials = tf.repeat(potentials, num_paths, axis=0)
+    flat_lengths = tf.repeat(tf.cast(lengths, tf.int32), num_paths, axis=0)
+    scores = ops.crf_sequence_score(flat_potentials, flat_tags, flat_lengths, transitions)
+    log_z = ops.crf_log_norm(potentials, lengths, transitions)
+    return tf.reshape(scores, [batch, num_paths]) - log_z[:, None]
+
+
+def _teacher_mass(teacher_probs, valid):
+    """(probs [B, K] with invalid slots zeroed, p^t_sum [B] clipped to [0, 1])."""
+    probs = tf.where(tf.cast(valid, tf.bool), tf.cast(teacher_probs, tf.float32), 0.0)
+    return probs, tf.clip_by_value(tf.reduce_sum(probs, axis=1), 0.0, 1.0)
+
+
+def _student_log_mass(log_probs, valid):
+    """log p^s_sum [B]: log-sum-exp of the valid slots' log-probs (-1e30 if none is valid)."""
+    masked = tf.where(tf.cast(valid, tf.bool), log_probs, -1e30)
+    return tf.reduce_logsumexp(masked, axis=1)
+
+
+def _log1m_exp(log_p):
+    """log(1 - exp(log_p)) for log_p <= 0, with p clipped to at most 1 - RESIDUAL_EPS.
+
+    Two branches for accuracy (Maechler 2012): -expm1 near p = 1, log1p(-p) for small p.
+    Both branches see only the clipped value, so neither produces inf/NaN gradients.
+    """
+    log_p = tf.minimum(log_p, float(np.log1p(-RESIDUAL_EPS)))
+    return tf.where(log_p > -np.log(2.0), tf.math.log(-tf.math.expm1(log_p)),
+                    tf.math.log1p(-tf.exp(log_p)))
+
+
+def kbest_seq_ce(student_potentials, lengths, transitions, kbest_tags, teacher_probs, valid):
+    """L_Seq-ce (Eq. 4-5), mean over the batch:
+
+        -sum_k p^t_k log p^s_k - (1 - p^t_sum) log(1 - p^s_sum)
+
+    with p^t_k the teacher's probability of its k-th best path y_k, p^s_k = P_s(y_k | x), and
+    p_sum the sums over the valid slots. The second term keeps the mass of the paths outside
+    the top K, which the paper shows is far from negligible (its Fig. 1b).
+
+    student_potentials [B, T, N], lengths [B], transitions [N, N], kbest_tags [B, K, T] int,
+    teacher_probs [B, K], valid [B, K] bool. Returns a scalar.
+    """
+    log_probs = kbest_student_log_probs(student_potentials, lengths, transitions, kbest_tags)
+    probs_t, mass_t = _teacher_mass(teacher_probs, valid)
+    fine = -tf.reduce_sum(probs_t * tf.where(tf.cast(valid, tf.bool), log_probs, 0.0), axis=1)
+    residual = -(1.0 - mass_t) * _log1m_exp(_student_log_mass(log_probs, valid))
+    return _batch_mean(fine + residual)
+
+
+def fuzzy_loss(student_potentials, lengths, transitions, kbest_tags, teacher_probs, valid):
+    """L_Seq-fuzzy (Eq. 6), mean over the batch:
+
+        -p^t_sum log p^s_sum - (1 - p^t_sum) log(1 - p^s_sum)
+
+    p^s_sum = sum_k P_s(y_k | x) is Eq. 3's fuzzy-CRF likelihood of the candidate set
+    {y_1..y_K}: the paths themselves, not the product set of their per-position tags that
+    `crf_multitag_sequence_score` would score. Arguments as in `kbest_seq_ce`.
+    """
+    log_probs = kbest_student_log_probs(student_potentials, lengths, transitions, kbest_tags)
+    _, mass_t = _teacher_mass(teacher_probs, valid)
+    log_mass_s = _student_log_mass(log_probs, valid)
+    return _batch_mean(-mass_t * log_mass_s - (1.0 - mass_t) * _log1m_exp(log_mass_s))
+
+
+def token_emission_kd(student_emissions, teacher_emissions, mask, temperature=1.0):
+    """L_Token-em (Eq. 10): KL(softmax(t / tau) || softmax(s / tau)) per token, masked mean.
+
+    student_emissions, teacher_emissions [B, T, N] (per-position logits, no transitions);
+    mask [B, T] (1 for the tokens that count). Eq. 10 writes the cross-entropy; the KL differs
+    by the teacher's entropy, a constant, and is 0 at a perfect match. Not scaled by tau^2.
+    """
+    student = tf.cast(student_emissions, tf.float32) / temperature
+    teacher = tf.cast(teacher_emissions, tf.float32) / temperature
+    p_teacher = tf.nn.softmax(teacher, axis=-1)
+    kl = tf.reduce_sum(p_teacher * (tf.nn.log_softmax(teacher, axis=-1) - tf.nn.log_softmax(student, axis=-1)),
+                       axis=-1)
+    return _masked_token_mean(kl, tf.cast(mask, tf.float32))
+
+
+def token_posterior_kd(student_potentials, student_transitions, teacher_marginals, lengths):
+    """L_Token-pos (Eq. 10 with CRF posteriors): KL(q_t || q_s) per real token, mean over tokens.
+
+    q_s = crf_marginals(student_potentials, lengths, student_transitions) [B, T, N] (forward-
+    backward, so the student's transitions get gradient too); teacher_marginals [B, T, N] are
+    the teacher's (cached by `teachers/surrogates.py`). Positions at or past a length count not.
+    """
+    lengths = tf.cast(lengths, tf.int32)
+    q_student = ops.crf_marginals(student_potentials, lengths, student_transitions)
+    q_teacher = tf.cast(teacher_marginals, tf.float32)
+    log_q_student = tf.math.log(tf.maximum(q_student, _MARGINAL_FLOOR))
+    kl = tf.reduce_sum(tf.math.xlogy(q_teacher, q_teacher) - q_teacher * log_q_student, axis=-1)
+    mask = tf.sequence_mask(lengths, tf.shape(q_student)[1], dtype=tf.float32)
+    return _masked_token_mean(kl, mask)

@@ -42,10 +42,10 @@ def trained(tiny_bert_dir):
     tf.keras.utils.set_random_seed(0)
     teacher, tokenizer = build_crf_teacher(str(tiny_bert_dir), TOY_LABELS, "IOB2", max_seq_length=16,
                                            dropout=0.1, embedding_dropout=0.1, random_init=True)
-    train, dev = toy_ner_sentences(300, seed=1), toy_ner_sentences(60, seed=2)
+    train, dev = toy_ner_sentences(200, seed=1), toy_ner_sentences(60, seed=2)
     before = evaluate_crf_teacher(teacher, tokenizer, dev, "IOB2")["all"]["f1"]
     # A random-init tiny encoder needs a far larger rate than the paper's 1e-5 for a pretrained one.
-    config = crf_finetune_config(epochs=4, batch_size=16, learning_rate=3e-3, head_learning_rate=1e-2,
+    config = crf_finetune_config(epochs=3, batch_size=16, learning_rate=3e-3, head_learning_rate=1e-2,
                                  layer_decay=1.0, warmup_fraction=0.1, patience=4, progress=False)
     result = finetune_crf_teacher(teacher, tokenizer, train, dev, "IOB2", config)
     return teacher, tokenizer, dev, before, result

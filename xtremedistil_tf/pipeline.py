@@ -188,7 +188,8 @@ def summary_table(work_dir, metrics: dict) -> str:
     work = Path(work_dir)
     rows: List[tuple] = []
     for split, s in metrics["teacher"]["scores"].items():
-        extra = f" (mean over languages {s['f1_mean']:.4f} +- {s['f1_std']:.4f})" if "f1_mean" in s else ""
+        several = len(s.get("languages", {})) > 1
+        extra = f" (mean over languages {s['f1_mean']:.4f} +- {s['f1_std']:.4f})" if several else ""
         rows.append((f"teacher {split} F1 / P / R",
                      f"{s['all']['f1']:.4f} / {s['all']['precision']:.4f} / {s['all']['recall']:.4f}{extra}"))
     rows.append(("teacher parameters", f"{metrics['teacher']['parameters']:,}"))

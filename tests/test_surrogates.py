@@ -2,7 +2,6 @@
 import itertools
 
 import numpy as np
-import tensorflow as tf
 
 from xtremedistil_tf.crf import ops
 from xtremedistil_tf.teachers.cache import read_sharded, write_sharded

@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import xtremedistil_tf.layers  # noqa: F401  (registration happens on import)
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.layers import EqualWeighting, UncertaintyWeighting, loss_weighting
 
@@ -16,6 +15,12 @@ def _layer():
     layer.build([3])
     layer.log_lambdas.assign(LOG_LAMBDAS)
     return layer
+
+
+def test_importing_the_package_registers_both_layers():
+    get = tf.keras.utils.get_registered_object
+    assert get("xtremedistil_tf>UncertaintyWeighting") is UncertaintyWeighting
+    assert get("xtremedistil_tf>EqualWeighting") is EqualWeighting
 
 
 def test_value_is_weighted_sum_minus_half_log_lambdas():

@@ -1,0 +1,328 @@
+"""The staged fit loop: runs any strategy of training/strategies.py on a student.
+
+For each stage, for each unfreeze step: freeze every layer, unfreeze the layers of this step and
+of all earlier steps of the stage, compile a fresh Adam with cosine decay (1e-3 -> 1e-8 over the
+step's epochs), train `epochs_per_layer` epochs with `model.fit`, and restore the weights with the
+lowest dev loss (the step's starting weights included; dev, never test). Each step is recorded
+(stage, unfrozen layers, dev losses, dev F1) for Table 4-style reports.
+
+Data: batched tf.data datasets of dicts with `input_ids`, `attention_mask` [B, T] and the targets a
+stage needs: `label_ids` [B, T] (CE), `logits` [B, T, N] (logit loss), `hidden` [B, T, H_T]
+(representation loss). The dev set must carry the targets of every stage (teacher outputs on dev
+included) because each step is selected by that stage's loss on dev. A joint stage over both
+sources (D1, D2, D3.x stage 2) draws one transfer batch and one train batch per step; the transfer
+set drives the epoch and the train set repeats.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from xtremedistil_tf.data.alignment import Windows
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.losses.xtremedistil import (DEFAULT_REPRESENTATION_LOSS, cross_entropy, label_mask,
+                                                 logit_mse, representation_loss)
+from xtremedistil_tf.students.models import encoder_layer_name
+from xtremedistil_tf.teachers.finetune import trim_to_longest
+from xtremedistil_tf.training.callbacks import BestWeights
+from xtremedistil_tf.training.strategies import LOSS_TARGETS, Stage, Strategy, get_strategy
+
+log = logging.getLogger(__name__)
+
+INPUT_KEYS = ("input_ids", "attention_mask")
+EvaluateFn = Callable[[tf.keras.Model, str], float]
+
+
+@dataclass
+class DistilConfig:
+    """Settings of a staged run. `pad_id` is the TagVocab's [PAD] id (CE skips PAD-tagged pieces)."""
+
+    pad_id: int
+    epochs_per_layer: int = 10
+    patience: Optional[int] = 3
+    learning_rate: float = 1e-3
+    min_learning_rate: float = 1e-8
+    alpha: float = 1.0  # Eq. 7 weights: CE, representation, logits
+    beta: float = 1.0
+    gamma: float = 1.0
+    representation_loss: str = DEFAULT_REPRESENTATION_LOSS
+    verbose: int = 0
+    # Every step compiles a fresh model, so graph tracing is paid per step; for tiny students on a
+    # CPU (tests, smoke runs) eager execution is faster overall.
+    run_eagerly: bool = False
+
+    def weight(self, value) -> float:
+        """A loss term's weight: a number, or the name of one of alpha/beta/gamma."""
+        if isinstance(value, str):
+            if value not in ("alpha", "beta", "gamma"):
+                raise ConfigError(f"unknown loss weight {value!r}; use alpha, beta, gamma or a number")
+            return float(getattr(self, value))
+        return float(value)
+
+
+@dataclass
+class StepRecord:
+    """One unfreeze step: what was trainable and how dev loss / F1 went."""
+
+    stage: int  # 1-based
+    stage_name: str
+    unfrozen: Tuple[str, ...]  # layers that joined the trainable set at this step
+    trainable: Tuple[str, ...]  # every trainable layer during this step
+    initial_val_loss: float
+    val_losses: List[float]
+    best_epoch: Optional[int]  # 1-based; 0 when no epoch beat the starting weights
+    best_val_loss: float
+    dev_f1: Optional[float] = None
+
+
+@dataclass
+class StagedHistory:
+    strategy: str
+    steps: List[StepRecord] = field(default_factory=list)
+
+    def sequence(self) -> List[Tuple[int, Tuple[str, ...]]]:
+        """(stage, unfrozen layers) in the order the loop ran them."""
+        return [(s.stage, s.unfrozen) for s in self.steps]
+
+    def to_dict(self) -> dict:
+        return {"strategy": self.strategy, "steps": [asdict(s) for s in self.steps]}
+
+
+class _StageModel(tf.keras.Model):
+    """Trains a student on one stage's weighted loss terms (custom train/test steps).
+
+    Batches are {source: batch dict}; the student runs once per source. Every term's running mean
+    is weighted by its counted positions, so `loss` on dev is the exact position-weighted mean of
+    each term (not a mean of batch means), combined with the stage's weights.
+    """
+
+    def __init__(self, student: tf.keras.Model, terms: Sequence[tuple], pad_id: int):
+        super().__init__()
+        # A view that also exposes the softmax head's pre-softmax scores, for a stable CE.
+        outputs = dict(student.output)
+        outputs["scores"] = student.get_layer("softmax").output
+        self.view = tf.keras.Model(student.input, outputs)
+        self.terms = list(terms)  # (name, fn, source, output, target, weight)
+        self.pad_id = pad_id
+        self.trackers = {name: tf.keras.metrics.Mean(name=name) for name, *_ in self.terms}
+
+    @property
+    def metrics(self):
+        return list(self.trackers.values())
+
+    def _update(self, data, training: bool):
+        outs = {src: self.view({k: batch[k] for k in INPUT_KEYS}, training=training)
+                for src, batch in data.items()}
+        total = 0.0
+        for name, fn, source, output, target, weight in self.terms:
+            batch = data[source]
+            mask = self._mask(batch, target, outs[source][output])
+            value = fn(batch[target], outs[source][output], mask) if target == "label_ids" \
+                else fn(outs[source][output], batch[target], mask)
+            self.trackers[name].update_state(value, sample_weight=tf.reduce_sum(mask))
+            total += weight * value
+        return total
+
+    def _mask(self, batch, target, output):
+        """Counted positions: real tokens (every row for sentence outputs), labeled ones for CE."""
+        attention = batch["attention_mask"] if output.shape.rank == 3 \
+            else tf.ones_like(batch["attention_mask"][:, 0])
+        if target == "label_ids":
+            return label_mask(batch["label_ids"], attention, self.pad_id)
+        return tf.cast(attention, tf.float32)
+
+    def _results(self):
+        results = {name: self.trackers[name].result() for name, *_ in self.terms}
+        results["loss"] = tf.add_n([w * results[name] for name, *_, w in self.terms])
+        return results
+
+    def train_step(self, data):
+        with tf.GradientTape() as tape:
+            loss = self._update(data, training=True)
+        variables = self.trainable_variables
+        self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return self._results()
+
+    def test_step(self, data):
+        self._update(data, training=False)
+        return self._results()
+
+
+def batched(ds: tf.data.Dataset, batch_size: int, shuffle_buffer: int = 0, seed: int = 0) -> tf.data.Dataset:
+    """Per-example dicts -> shuffled (reshuffled every epoch when `shuffle_buffer` > 0) batches
+    (paper: 512). Padding columns no row uses are dropped later, per stage."""
+    if shuffle_buffer:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    return ds.batch(batch_size)
+
+
+def _resolve_terms(stage: Stage, config: DistilConfig) -> List[tuple]:
+    fns = {"ce": cross_entropy, "logits": logit_mse,
+           "representation": representation_loss(config.representation_loss)}
+    terms = []
+    for term in stage.terms:
+        output, target = LOSS_TARGETS[term.loss]
+        terms.append((f"{term.loss}_{term.source}", fns[term.loss], term.source, output, target,
+                      config.weight(term.weight)))
+    return terms
+
+
+def _needed_keys(stage: Stage, source: Optional[str] = None) -> List[str]:
+    keys = list(INPUT_KEYS)
+    for term in stage.terms:
+        target = LOSS_TARGETS[term.loss][1]
+        if (source is None or term.source == source) and target not in keys:
+            keys.append(target)
+    return keys
+
+
+def _select(ds: tf.data.Dataset, keys: Sequence[str], what: str, stage: Stage) -> tf.data.Dataset:
+    have = set(ds.element_spec)
+    missing = [k for k in keys if k not in have]
+    if missing:
+        raise ConfigError(f"stage '{stage.name}' needs {missing} in the {what} set, which has "
+                          f"{sorted(have)} (the dev set needs teacher outputs for distillation stages)")
+    return ds.map(lambda b: {k: b[k] for k in keys}).map(trim_to_longest)
+
+
+def _stage_data(stage: Stage, sources: Dict[str, tf.data.Dataset], dev_ds: tf.data.Dataset):
+    """(train data of {source: batch}, dev data of {source: batch}) for a stage."""
+    parts = {}
+    for src in stage.sources:
+        if sources[src] is None:
+            raise ConfigError(f"stage '{stage.name}' trains on the {src} set, but none was given")
+        parts[src] = _select(sources[src], _needed_keys(stage, src), src, stage)
+    if len(parts) == 1:
+        (src, ds), = parts.items()
+        train = ds.map(lambda b: {src: b})
+    else:
+        train = tf.data.Dataset.zip((parts["transfer"], parts["train"].repeat())).map(
+            lambda t, l: {"transfer": t, "train": l})
+    dev = _select(dev_ds, _needed_keys(stage), "dev", stage)
+    dev = dev.map(lambda b: {src: b for src in stage.sources})
+    return train.prefetch(tf.data.AUTOTUNE), dev.prefetch(tf.data.AUTOTUNE)
+
+
+def _count_batches(ds: tf.data.Dataset) -> int:
+    n = int(ds.cardinality())
+    if n >= 0:
+        return n
+    return int(ds.reduce(np.int64(0), lambda count, _: count + 1))
+
+
+def _set_trainable(student: tf.keras.Model, names: Sequence[str]) -> None:
+    student.trainable = True
+    for layer in student.layers:
+        layer.trainable = layer.name in names
+
+
+def _resolve_layers(step: Sequence[str], student: tf.keras.Model) -> Tuple[str, ...]:
+    """Strategy layer names -> the student's (`bilstm` means its sequence layer)."""
+    body = encoder_layer_name(student)
+    names = tuple(body if name == "bilstm" else name for name in step)
+    have = {layer.name for layer in student.layers}
+    missing = [n for n in names if n not in have]
+    if missing:
+        raise ConfigError(f"student {student.name} has no layer(s) {missing} named by the schedule")
+    return names
+
+
+def _optimizer(config: DistilConfig, total_steps: int):
+    schedule = tf.keras.optimizers.schedules.CosineDecay(
+        config.learning_rate, decay_steps=max(1, total_steps),
+        alpha=config.min_learning_rate / config.learning_rate)
+    return tf.keras.optimizers.Adam(learning_rate=schedule)
+
+
+def _run_step(student, terms, config, train, dev, batches, trainable, callbacks):
+    _set_trainable(student, trainable)
+    model = _StageModel(student, terms, config.pad_id)
+    model.compile(optimizer=_optimizer(config, batches * config.epochs_per_layer), run_eagerly=config.run_eagerly)
+    initial = float(model.evaluate(dev, verbose=0, return_dict=True)["loss"])
+    keeper = BestWeights("val_loss", patience=config.patience, baseline=initial)
+    model.fit(train, validation_data=dev, epochs=config.epochs_per_layer,
+              callbacks=[keeper, *callbacks], verbose=config.verbose)
+    return initial, keeper
+
+
+def train_student(strategy_name: str, student: tf.keras.Model, train_ds: Optional[tf.data.Dataset],
+                  transfer_ds: Optional[tf.data.Dataset], dev_ds: tf.data.Dataset, config: DistilConfig,
+                  callbacks: Sequence[tf.keras.callbacks.Callback] = (),
+                  evaluate_fn: Optional[EvaluateFn] = None) -> StagedHistory:
+    """Run a registered strategy on `student` in place; returns the per-step record.
+
+    `evaluate_fn(student, head)` (e.g. `make_dev_f1(...)`) gives dev F1 after each step of a stage
+    that has a tagger (`head` is "softmax" or "logits"). Layers frozen on entry (e.g. teacher
+    embeddings built with freeze_embeddings=True) stay frozen, and a step that would unfreeze only
+    those is skipped. On return every other layer is trainable again.
+    """
+    strategy: Strategy = get_strategy(strategy_name)
+    entry_frozen = {layer.name for layer in student.layers if layer.weights and not layer.trainable}
+    history = StagedHistory(strategy.name)
+    sources = {"train": train_ds, "transfer": transfer_ds}
+    try:
+        for stage_index, stage in enumerate(strategy.stages, start=1):
+            terms = _resolve_terms(stage, config)
+            train, dev = _stage_data(stage, sources, dev_ds)
+            batches = _count_batches(train)
+            trainable: List[str] = []
+            for step in stage.unfreeze:
+                new = [n for n in _resolve_layers(step, student) if n not in entry_frozen]
+                if not new:
+                    continue
+                trainable += new
+                initial, keeper = _run_step(student, terms, config, train, dev, batches, trainable,
+                                            callbacks)
+                f1 = evaluate_fn(student, stage.eval_head) if evaluate_fn and stage.eval_head else None
+                history.steps.append(StepRecord(
+                    stage_index, stage.name, tuple(new), tuple(trainable), initial, keeper.values,
+                    keeper.best_epoch, keeper.best, f1))
+                log.info("%s stage %d (%s) +%s: dev loss %.4g -> %.4g (epoch %s), dev F1 %s",
+                         strategy.name, stage_index, stage.name, "+".join(new), initial, keeper.best,
+                         keeper.best_epoch, f1)
+    finally:
+        _set_trainable(student, [layer.name for layer in student.layers if layer.name not in entry_frozen])
+    return history
+
+
+def predict_tags(student: tf.keras.Model, windows: Windows, batch_size: int = 64,
+                 head: str = "softmax") -> np.ndarray:
+    """Argmax tag id per piece [W, L] from the `softmax` (probs) or `logits` head.
+
+    Windows are batched by length so that each batch is only as long as its longest window; decode
+    the result with `xtremedistil_tf.data.alignment.decode`.
+    """
+    key = {"softmax": "probs", "logits": "logits"}.get(head)
+    if key is None:
+        raise ConfigError(f"head must be 'softmax' or 'logits', got {head!r}")
+    spec = tf.TensorSpec([None, None], tf.int32)
+    predict = tf.function(lambda batch: tf.argmax(student(batch, training=False)[key], axis=-1,
+                                                   output_type=tf.int32),
+                          input_signature=[{"input_ids": spec, "attention_mask": spec}])
+    lengths = windows.attention_mask.sum(1)
+    order = np.argsort(lengths, kind="stable")
+    out = np.zeros(windows.input_ids.shape, dtype=np.int32)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        length = max(1, int(lengths[idx].max()))
+        batch = {"input_ids": windows.input_ids[idx, :length],
+                 "attention_mask": windows.attention_mask[idx, :length]}
+        out[idx, :length] = predict(batch).numpy()
+    return out
+
+
+def make_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab, scheme: str = "IOB2",
+                batch_size: int = 64) -> EvaluateFn:
+    """An `evaluate_fn` for `train_student`: entity F1 on dev words of a student's head."""
+    from xtremedistil_tf.data.alignment import decode
+    from xtremedistil_tf.evaluate import entity_scores
+
+    def dev_f1(student: tf.keras.Model, head: str) -> float:
+        predicted = decode(windows, predict_tags(student, windows, batch_size, head), tag_vocab)
+        return entity_scores(gold_tags, predicted, scheme)["f1"]
+
+    return dev_f1

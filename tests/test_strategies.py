@@ -1,0 +1,204 @@
+"""Strategies as data, the staged loop's order, best-weights restore, and a toy D4.2 distillation."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import TOY_LABELS, toy_ner_sentences
+from xtremedistil_tf.data.alignment import TagVocab, decode, encode
+from xtremedistil_tf.evaluate import entity_scores
+from xtremedistil_tf.students import build_bilstm_student, svd_reduce
+from xtremedistil_tf.training.callbacks import BestWeights
+from xtremedistil_tf.training.staged import DistilConfig, make_dev_f1, predict_tags, train_student
+from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
+
+TEACHER_HIDDEN = 16
+EMBEDDING_DIM = 12
+MAX_LEN = 16
+NUM_TAGS = len(TOY_LABELS) + 4  # + X, [CLS], [SEP], [PAD]
+
+
+def _teacher_outputs(windows, num_tags, seed):
+    """A hand-made teacher that knows the toy rule: logits peak at the gold piece tag, and the
+    hidden state is a fixed random code of the tag plus noise."""
+    rng = np.random.default_rng(seed)
+    code = np.random.default_rng(0).normal(size=(num_tags, TEACHER_HIDDEN)).astype(np.float32)
+    onehot = np.eye(num_tags, dtype=np.float32)[windows.label_ids]
+    logits = 6.0 * onehot - 3.0 + 0.3 * rng.normal(size=onehot.shape).astype(np.float32)
+    hidden = onehot @ code + 0.1 * rng.normal(size=onehot.shape[:2] + (TEACHER_HIDDEN,)).astype(np.float32)
+    return logits, hidden
+
+
+def _dataset(windows, tag_vocab, seed, labeled=True, batch_size=32):
+    logits, hidden = _teacher_outputs(windows, len(tag_vocab), seed)
+    labels = windows.label_ids if labeled else np.full_like(windows.label_ids, tag_vocab.pad_id)
+    data = {"input_ids": windows.input_ids, "attention_mask": windows.attention_mask,
+            "label_ids": labels, "logits": logits, "hidden": hidden}
+    return tf.data.Dataset.from_tensor_slices(data).batch(batch_size)
+
+
+@pytest.fixture(scope="module")
+def toy(tiny_tokenizer):
+    return toy_data(tiny_tokenizer)
+
+
+def toy_data(tiny_tokenizer):
+    tag_vocab = TagVocab(TOY_LABELS)
+    splits = {name: toy_ner_sentences(n, seed=seed) for name, n, seed in
+              (("train", 40, 11), ("transfer", 320, 12), ("dev", 60, 13), ("test", 80, 14))}
+    windows = {name: encode(s, tiny_tokenizer, tag_vocab, MAX_LEN) for name, s in splits.items()}
+    return {
+        "tag_vocab": tag_vocab, "sentences": splits, "windows": windows,
+        "vocab_size": len(tiny_tokenizer),
+        "train": _dataset(windows["train"], tag_vocab, 1, batch_size=16),
+        "transfer": _dataset(windows["transfer"], tag_vocab, 2, labeled=False),
+        "dev": _dataset(windows["dev"], tag_vocab, 3),
+        "teacher_embeddings": _teacher_word_embeddings(windows["transfer"], len(tiny_tokenizer), 2),
+    }
+
+
+def _teacher_word_embeddings(windows, vocab_size, seed):
+    """The hand-made teacher's word-embedding matrix [V, H_T]: each piece's mean hidden state
+    (random for pieces the transfer set never shows)."""
+    _, hidden = _teacher_outputs(windows, NUM_TAGS, seed)
+    matrix = np.random.default_rng(seed).normal(size=(vocab_size, TEACHER_HIDDEN)).astype(np.float32)
+    real = windows.attention_mask == 1
+    ids = windows.input_ids[real]
+    for piece in np.unique(ids):
+        matrix[piece] = hidden[real][ids == piece].mean(axis=0)
+    return matrix
+
+
+def _student(toy, seed=0, svd_init=True):
+    tf.keras.utils.set_random_seed(seed)
+    embeddings = svd_reduce(toy["teacher_embeddings"], EMBEDDING_DIM) if svd_init else None
+    return build_bilstm_student(toy["vocab_size"], NUM_TAGS, embedding_dim=EMBEDDING_DIM, hidden=16,
+                                teacher_hidden=TEACHER_HIDDEN, embeddings=embeddings)
+
+
+def _config(toy, **overrides):
+    # A larger learning rate than the paper's 1e-3 so that one epoch per step learns the toy task.
+    return DistilConfig(pad_id=toy["tag_vocab"].pad_id, learning_rate=2e-2, run_eagerly=True, **overrides)
+
+
+# The paper's orders: Table 3 (stages and losses), Table 4 (D4.2 unfreezing, top-down).
+BODY = ("projection", "bilstm", "word_embedding")
+PAPER_ORDER = {
+    "D0": [(1, ("softmax",) + BODY)],
+    "D0-S": [(1, ("softmax",) + BODY)],
+    "D1": [(1, ("softmax", "logits") + BODY)],
+    "D2": [(1, ("softmax", "logits") + BODY)],
+    "D3.1": [(1, BODY), (2, ("logits", "softmax") + BODY)],
+    "D3.2": [(1, BODY), (2, ("logits", "softmax")), (2, ("projection",)), (2, ("bilstm",)),
+             (2, ("word_embedding",))],
+    "D4.1": [(1, BODY), (2, ("logits",) + BODY), (3, ("softmax",) + BODY)],
+    "D4.2": [(1, BODY), (2, ("logits",)), (2, ("projection",)), (2, ("bilstm",)), (2, ("word_embedding",)),
+             (3, ("softmax",)), (3, ("projection",)), (3, ("bilstm",)), (3, ("word_embedding",))],
+}
+PAPER_LOSSES = {
+    "D0": [{("ce", "train")}], "D0-S": [{("ce", "train")}],
+    "D1": [{("ce", "train"), ("logits", "transfer")}],
+    "D2": [{("ce", "train"), ("logits", "transfer"), ("representation", "transfer")}],
+    "D3.1": [{("representation", "transfer")}, {("ce", "train"), ("logits", "transfer")}],
+    "D3.2": [{("representation", "transfer")}, {("ce", "train"), ("logits", "transfer")}],
+    "D4.1": [{("representation", "transfer")}, {("logits", "transfer")}, {("ce", "train")}],
+    "D4.2": [{("representation", "transfer")}, {("logits", "transfer")}, {("ce", "train")}],
+}
+
+
+def test_registry_matches_paper_tables():
+    assert sorted(STRATEGIES) == sorted(PAPER_ORDER)
+    for name, strategy in STRATEGIES.items():
+        steps = [(i, step) for i, stage in enumerate(strategy.stages, 1) for step in stage.unfreeze]
+        assert steps == PAPER_ORDER[name], name
+        losses = [{(t.loss, t.source) for t in stage.terms} for stage in strategy.stages]
+        assert losses == PAPER_LOSSES[name], name
+    assert STRATEGIES["D0"].per_language and not STRATEGIES["D0-S"].per_language
+    d2 = STRATEGIES["D2"].stages[0]
+    assert {t.loss: t.weight for t in d2.terms} == {"ce": "alpha", "representation": "beta", "logits": "gamma"}
+    d42 = STRATEGIES["D4.2"].stages
+    assert [s.eval_head for s in d42] == [None, "logits", "softmax"]
+
+
+def test_unknown_strategy_names_the_choices():
+    with pytest.raises(ValueError, match="D4.2"):
+        get_strategy("D5")
+
+
+def test_toy_d42_run_follows_paper_order_and_beats_chance(toy):
+    student = _student(toy)
+    config = _config(toy, epochs_per_layer=1)
+    dev_f1 = make_dev_f1(toy["windows"]["dev"], [s.tags for s in toy["sentences"]["dev"]], toy["tag_vocab"])
+    history = train_student("D4.2", student, toy["train"], toy["transfer"], toy["dev"], config,
+                            evaluate_fn=dev_f1)
+    assert history.sequence() == PAPER_ORDER["D4.2"]
+    # Restoring the best weights (starting weights included) means no step ends worse than it began.
+    for step in history.steps:
+        assert step.best_val_loss <= step.initial_val_loss
+        assert step.best_val_loss == pytest.approx(min([step.initial_val_loss] + step.val_losses))
+    assert [s.dev_f1 is None for s in history.steps] == [True] + [False] * 8
+    assert history.steps[-1].dev_f1 > 0.8
+    # Every layer is trainable again after the run.
+    assert all(layer.trainable for layer in student.layers)
+
+    test = toy["windows"]["test"]
+    predicted = decode(test, predict_tags(student, test), toy["tag_vocab"])
+    f1 = entity_scores([s.tags for s in toy["sentences"]["test"]], predicted)["f1"]
+    assert f1 > 0.8  # chance (a random tag per word) is far below 0.2 here
+
+
+class _SpoilLastEpoch(tf.keras.callbacks.Callback):
+    """Records the weights after every epoch, and wrecks them at the start of the last one."""
+
+    def __init__(self, epochs):
+        super().__init__()
+        self.epochs, self.snapshots, self.val_losses = epochs, [], []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.epochs - 1:
+            rng = np.random.default_rng(0)
+            self.model.set_weights([w + 5.0 * rng.normal(size=w.shape) for w in self.model.get_weights()])
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.snapshots.append([w.copy() for w in self.model.get_weights()])
+        self.val_losses.append(logs["val_loss"])
+
+
+def test_loop_restores_best_epoch_after_a_worse_last_epoch(toy):
+    student = _student(toy, seed=1)
+    epochs = 3
+    spoiler = _SpoilLastEpoch(epochs)
+    config = _config(toy, epochs_per_layer=epochs, patience=None)
+    history = train_student("D0-S", student, toy["train"], None, toy["dev"], config, callbacks=[spoiler])
+    best = int(np.argmin(spoiler.val_losses))
+    assert best < epochs - 1 and spoiler.val_losses[-1] > spoiler.val_losses[best]
+    assert history.steps[0].best_epoch == best + 1
+    for restored, expected in zip(student.get_weights(), spoiler.snapshots[best]):
+        np.testing.assert_array_equal(restored, expected)
+
+
+def test_best_weights_patience_stops_and_keeps_starting_weights():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer="sgd", loss="mse")
+    start = [w.copy() for w in model.get_weights()]
+    keeper = BestWeights("val_loss", patience=2, baseline=-1.0)  # nothing can beat it
+    x, y = np.ones((4, 2), np.float32), np.zeros((4, 1), np.float32)
+    model.fit(x, y, validation_data=(x, y), epochs=10, verbose=0, callbacks=[keeper])
+    assert len(keeper.values) == 2 and keeper.best_epoch == 0
+    for restored, expected in zip(model.get_weights(), start):
+        np.testing.assert_array_equal(restored, expected)
+
+
+def test_joint_strategy_draws_both_sources_and_weights_terms(toy):
+    student = _student(toy, seed=2)
+    config = _config(toy, epochs_per_layer=1, alpha=1.0, gamma=0.0)
+    history = train_student("D1", student, toy["train"], toy["transfer"], toy["dev"], config)
+    assert history.sequence() == PAPER_ORDER["D1"]
+    with pytest.raises(ValueError, match="transfer"):
+        train_student("D1", student, toy["train"], None, toy["dev"], config)
+
+
+def test_dev_without_teacher_outputs_is_refused(toy):
+    dev = toy["dev"].map(lambda b: {k: b[k] for k in ("input_ids", "attention_mask", "label_ids")})
+    config = _config(toy, epochs_per_layer=1)
+    with pytest.raises(ValueError, match="hidden"):
+        train_student("D4.2", _student(toy), toy["train"], toy["transfer"], dev, config)

@@ -102,6 +102,8 @@ CONFIGS = [  # (num_tags, num_steps, forbidden)
     (3, 4, False),
     (4, 3, False),
     (4, 4, True),
+    (3, 1, False),  # T = 1: no transition step at all
+    (4, 1, True),
 ]
 
 
@@ -224,6 +226,76 @@ def test_ops_in_tf_function_with_unknown_shapes():
             np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-6)
     # The multitag score of "everything allowed" is the log norm.
     np.testing.assert_allclose(graph[2].numpy(), ops.crf_log_norm(pots, lengths, trans).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("num_steps", [0, 1])
+def test_ops_in_tf_function_with_at_most_one_step(num_steps):
+    # With T <= 1 the time loops have no step: in graphs with unknown batch and time
+    # that must still trace and run, and T = 1 must give the brute-force values.
+    num_tags, k, batch = 3, 4, 3
+    spec = [
+        tf.TensorSpec([None, None, num_tags], tf.float32),
+        tf.TensorSpec([None, None], tf.int32),
+        tf.TensorSpec([None], tf.int32),
+        tf.TensorSpec([num_tags, num_tags], tf.float32),
+        tf.TensorSpec([None, None, num_tags], tf.bool),
+    ]
+
+    @tf.function(input_signature=spec)
+    def everything(pots, tags, lengths, trans, allowed):
+        with tf.GradientTape() as tape:
+            tape.watch([pots, trans])
+            log_likelihood = ops.crf_log_likelihood(pots, tags, lengths, trans)
+            total = tf.reduce_sum(log_likelihood)
+        grad_pots, grad_trans = tape.gradient(total, [pots, trans])
+        return (
+            ops.crf_sequence_score(pots, tags, lengths, trans),
+            ops.crf_log_norm(pots, lengths, trans),
+            log_likelihood,
+            grad_pots,
+            grad_trans,
+            ops.crf_multitag_sequence_score(pots, allowed, lengths, trans),
+            ops.crf_marginals(pots, lengths, trans),
+        ) + ops.crf_decode(pots, trans, lengths) + ops.crf_kbest_decode(pots, trans, lengths, k)
+
+    pots, trans, lengths = _random_crf(num_tags, num_steps, batch, seed=11, lengths=[num_steps, 0, num_steps])
+    rng = np.random.default_rng(11)
+    tags = rng.integers(0, num_tags, [batch, num_steps]).astype(np.int32)
+    allowed = rng.random([batch, num_steps, num_tags]) < 0.5
+    allowed[:, :, 1] = True
+    (score, log_norm, log_likelihood, grad_pots, grad_trans, multitag, marginals, best_tags, best_score,
+     kbest_tags, kbest_scores, log_probs, valid) = (x.numpy() for x in everything(pots, tags, lengths, trans, allowed))
+
+    np.testing.assert_array_equal(grad_trans, 0.0)  # no position has a predecessor
+    for b, length in enumerate(lengths):
+        paths = _paths(pots[b], trans, length)  # length 0: the single empty path, score 0
+        log_z = _log_sum_exp([s for s, _ in paths])
+        gold = float(pots[b, np.arange(length), tags[b, :length]].sum())
+        expected_marginals = np.zeros([num_steps, num_tags])
+        for s, path in paths:
+            expected_marginals[np.arange(length), list(path)] += np.exp(s - log_z)
+        gold_onehot = np.zeros([num_steps, num_tags])
+        gold_onehot[np.arange(length), tags[b, :length]] = 1.0
+        inside = [s for s, p in paths if all(allowed[b, t, tag] for t, tag in enumerate(p))]
+        np.testing.assert_allclose(score[b], gold, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(log_norm[b], log_z, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(log_likelihood[b], gold - log_z, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(grad_pots[b], gold_onehot - expected_marginals, rtol=RTOL, atol=1e-6)
+        np.testing.assert_allclose(multitag[b], _log_sum_exp(inside), rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(marginals[b], expected_marginals, rtol=RTOL, atol=1e-6)
+        assert tuple(best_tags[b, :length]) == paths[0][1]
+        np.testing.assert_allclose(best_score[b], paths[0][0], rtol=RTOL, atol=ATOL)
+        count = min(k, len(paths))
+        assert valid[b].tolist() == [True] * count + [False] * (k - count)
+        for r, (s, path) in enumerate(paths[:count]):
+            assert tuple(kbest_tags[b, r, :length]) == path, (b, r)
+            np.testing.assert_allclose(kbest_scores[b, r], s, rtol=RTOL, atol=ATOL)
+            np.testing.assert_allclose(log_probs[b, r], s - log_z, rtol=RTOL, atol=ATOL)
+        assert np.isneginf(kbest_scores[b, count:]).all()
+        np.testing.assert_array_equal(kbest_tags[b, :, length:], 0)
+        np.testing.assert_array_equal(best_tags[b, length:], 0)
+    assert best_tags.shape == (batch, num_steps) and kbest_tags.shape == (batch, k, num_steps)
+    assert marginals.shape == grad_pots.shape == (batch, num_steps, num_tags)
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])

@@ -45,9 +45,12 @@ _UNDERFLOW = 1e-30
 def _prepare(potentials, lengths, transitions=None):
     """Casts to float32/int32 and checks shapes.
 
-    Returns (potentials [B, max(T, 1), N] float32, lengths [B] int32 clipped to
+    Returns (potentials [B, max(T, 2), N] float32, lengths [B] int32 clipped to
     [0, T], transitions [N, N] float32 or None, T as a scalar tensor). Time is
-    padded to at least 1 so the loops have an initial state when T == 0.
+    padded to at least 2 so every loop has an initial state and at least one
+    step: a tf.scan over zero elements fails in graphs with an unknown batch size
+    (it cannot stack an empty list of unknown shape). The padding lies past every
+    length, so it changes no result.
     """
     potentials = tf.convert_to_tensor(potentials)
     if potentials.shape.rank is not None and potentials.shape.rank != 3:
@@ -56,7 +59,7 @@ def _prepare(potentials, lengths, transitions=None):
         raise ValueError(f"potentials must be floating point; got {potentials.dtype.name}")
     potentials = tf.cast(potentials, tf.float32)
     num_steps = tf.shape(potentials)[1]
-    potentials = tf.pad(potentials, [[0, 0], [0, tf.maximum(1 - num_steps, 0)], [0, 0]])
+    potentials = tf.pad(potentials, [[0, 0], [0, tf.maximum(2 - num_steps, 0)], [0, 0]])
     lengths = tf.convert_to_tensor(lengths)
     if lengths.shape.rank is not None and lengths.shape.rank != 1:
         raise ValueError(f"lengths must be [batch]; got shape {lengths.shape}")
@@ -79,7 +82,7 @@ def _time_mask(lengths, num_steps):
 
 
 def _forward(potentials, transitions):
-    """Forward algorithm. potentials [B, T, N] (T >= 1) -> alphas [B, T, N].
+    """Forward algorithm. potentials [B, T, N] (T >= 2) -> alphas [B, T, N].
 
     alphas[b, t, j] = log-sum of the scores of all prefixes 0..t ending in tag j.
     Computed for every t regardless of length; callers gather at length - 1.

@@ -9,9 +9,10 @@ from conftest import TOY_LABELS, toy_ner_sentences
 from xtremedistil_tf.crf import ops
 from xtremedistil_tf.data.alignment import TagVocab, encode
 from xtremedistil_tf.data.sentence import Sentence
-from xtremedistil_tf.teachers.crf_head import (build_crf_teacher, crf_finetune_config, crf_parameter_groups,
-                                               evaluate_crf_teacher, finetune_crf_teacher, load_crf_teacher,
-                                               piece_crf_constraints, predict_piece_tags_crf)
+from xtremedistil_tf.teachers.crf_head import (build_crf_teacher, crf_finetune_config,
+                                               piece_crf_constraints)
+from xtremedistil_tf.teachers.finetune import evaluate_teacher, finetune, parameter_groups, predict_piece_tags
+from xtremedistil_tf.teachers.model import load_teacher
 
 
 def _path_allowed(tags, allowed, start, end):
@@ -43,11 +44,11 @@ def trained(tiny_bert_dir):
     teacher, tokenizer = build_crf_teacher(str(tiny_bert_dir), TOY_LABELS, "IOB2", max_seq_length=16,
                                            dropout=0.1, embedding_dropout=0.1, random_init=True)
     train, dev = toy_ner_sentences(200, seed=1), toy_ner_sentences(60, seed=2)
-    before = evaluate_crf_teacher(teacher, tokenizer, dev, "IOB2")["all"]["f1"]
+    before = evaluate_teacher(teacher, tokenizer, dev, "IOB2")["all"]["f1"]
     # A random-init tiny encoder needs a far larger rate than the paper's 1e-5 for a pretrained one.
     config = crf_finetune_config(epochs=3, batch_size=16, learning_rate=3e-3, head_learning_rate=1e-2,
                                  layer_decay=1.0, warmup_fraction=0.1, patience=4, progress=False)
-    result = finetune_crf_teacher(teacher, tokenizer, train, dev, "IOB2", config)
+    result = finetune(teacher, tokenizer, train, dev, "IOB2", config)
     return teacher, tokenizer, dev, before, result
 
 
@@ -55,7 +56,7 @@ def test_crf_teacher_learns_toy_task(trained):
     teacher, tokenizer, dev, before, result = trained
     losses = [h["train_loss"] for h in result.history]
     assert losses[-1] < 0.3 * losses[0]
-    after = evaluate_crf_teacher(teacher, tokenizer, dev, "IOB2")["all"]["f1"]
+    after = evaluate_teacher(teacher, tokenizer, dev, "IOB2")["all"]["f1"]
     assert after > 0.9 and after > before + 0.4
     assert after == pytest.approx(result.best_dev_f1)
     # The transitions learned: O -> I-LOC stays forbidden, B-LOC -> I-LOC became likely.
@@ -69,7 +70,7 @@ def test_viterbi_paths_obey_the_constraints(trained):
     teacher, tokenizer, dev, _, _ = trained
     allowed, start, end = piece_crf_constraints(teacher.tag_vocab, "IOB2")
     windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    tags = predict_piece_tags_crf(teacher, windows)
+    tags = predict_piece_tags(teacher, windows)
     for row, mask in zip(tags, windows.attention_mask):
         assert _path_allowed(row[:mask.sum()], allowed, start, end)
 
@@ -93,7 +94,7 @@ def test_head_group_holds_logits_and_transitions_at_head_rate(trained):
     teacher = trained[0]
     paper = crf_finetune_config()
     assert (paper.learning_rate, paper.head_learning_rate, paper.layer_decay) == (1e-5, 1e-3, 0.9)
-    groups = crf_parameter_groups(teacher, crf_finetune_config(warmup_fraction=0.0), total_steps=100)
+    groups = parameter_groups(teacher, crf_finetune_config(warmup_fraction=0.0), total_steps=100)
     rates = [float(opt.learning_rate) for opt, _ in groups]  # at step 0, no warm-up
     # Top encoder layer, bottom layer, embeddings (0.9 decay per level), then logits + CRF.
     assert rates == pytest.approx([1e-5, 9e-6, 8.1e-6, 1e-3])
@@ -117,7 +118,8 @@ def test_save_and_reload(trained, tmp_path):
     teacher.save(tmp_path / "teacher", tokenizer)
     meta = json.loads((tmp_path / "teacher" / "teacher.json").read_text())
     assert meta["head"] == "crf" and meta["scheme"] == "IOB2" and meta["embedding_dropout"] == 0.1
-    reloaded, tokenizer2 = load_crf_teacher(tmp_path / "teacher")
+    # The generic loader recognises the CRF head from teacher.json.
+    reloaded, tokenizer2 = load_teacher(tmp_path / "teacher")
     np.testing.assert_array_equal(reloaded.transitions.numpy(), teacher.transitions.numpy())
     windows = encode(dev, tokenizer2, reloaded.tag_vocab, reloaded.max_seq_length)
-    np.testing.assert_array_equal(predict_piece_tags_crf(reloaded, windows), predict_piece_tags_crf(teacher, windows))
+    np.testing.assert_array_equal(predict_piece_tags(reloaded, windows), predict_piece_tags(teacher, windows))

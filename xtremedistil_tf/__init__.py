@@ -1,4 +1,11 @@
 """xtremedistil_tf: distil large transformer NER / classification teachers into small students."""
 from xtremedistil_tf import _env  # noqa: F401  (must run before TensorFlow is imported)
 
+# Importing the package registers every custom Keras object, so a saved student reloads with
+# tf.keras.models.load_model after `import xtremedistil_tf`. This loads TensorFlow; the data
+# readers alone (xtremedistil_tf.data.readers) do not need it but come with it.
+from xtremedistil_tf import crf, layers, students  # noqa: E402,F401
+from xtremedistil_tf.crf import layer as _crf_layer  # noqa: E402,F401
+from xtremedistil_tf.training import schedules as _schedules  # noqa: E402,F401
+
 __version__ = "0.1.0"

@@ -89,8 +89,10 @@ def word_pieces(tokenizer, sentences: Sequence[Sentence]) -> List[List[List[int]
     becomes [UNK] so that every word keeps a first piece and a prediction."""
     if not sentences:
         return []
+    # verbose=False: the "longer than the maximum sequence length" warning does not apply,
+    # since long sentences are windowed.
     encoded = tokenizer([list(s.tokens) for s in sentences], is_split_into_words=True,
-                        add_special_tokens=False)
+                        add_special_tokens=False, verbose=False)
     result = []
     for i, sentence in enumerate(sentences):
         per_word: List[List[int]] = [[] for _ in sentence.tokens]

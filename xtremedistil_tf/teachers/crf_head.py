@@ -24,26 +24,20 @@ it. Windows of long sentences are cut at word boundaries, possibly mid-entity. S
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.crf.layer import CRF
 from xtremedistil_tf.crf.ops import allowed_transitions
-from xtremedistil_tf.data.alignment import CLS_TAG, SEP_TAG, TagVocab, Windows, decode, encode
-from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.data.alignment import CLS_TAG, SEP_TAG, TagVocab
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.evaluate import score_by_language
 from xtremedistil_tf.io import atomic_dir
-from xtremedistil_tf.teachers.finetune import (FinetuneConfig, FinetuneResult, _run_epoch, parameter_groups,
-                                               windows_dataset)
+from xtremedistil_tf.teachers.finetune import FinetuneConfig
 from xtremedistil_tf.teachers.model import FORMAT_VERSION, TokenTeacher, load_encoder, load_tokenizer
 from xtremedistil_tf.teachers.surrogates import make_surrogate_fn
-
-log = logging.getLogger(__name__)
 
 HEAD_TYPE = "crf"
 
@@ -109,6 +103,10 @@ class CRFTokenTeacher(TokenTeacher):
     def potentials(self, inputs, training=False):
         """[B, T, N] CRF potentials: the logits with the [CLS]-first / [SEP]-last constraints."""
         return self.crf(self(inputs, training=training), mask=tf.cast(inputs["attention_mask"], tf.bool))
+
+    def loss(self, batch, training=False):
+        """The CRF teacher trains on the CRF NLL (finetune.py calls this)."""
+        return self.nll(batch, training)
 
     def nll(self, batch, training=False):
         """Mean CRF NLL of label_ids over the labeled windows of `batch` (input_ids,
@@ -187,78 +185,3 @@ def crf_finetune_config(**overrides) -> FinetuneConfig:
     settings = dict(batch_size=32, learning_rate=1e-5, head_learning_rate=1e-3, layer_decay=0.9)
     settings.update(overrides)
     return FinetuneConfig(**settings)
-
-
-def crf_parameter_groups(teacher: CRFTokenTeacher, config: FinetuneConfig, total_steps: int):
-    """finetune.parameter_groups with the CRF transitions added to the head's group (its last)."""
-    groups = parameter_groups(teacher, config, total_steps)
-    head_optimizer, _ = groups[-1]
-    return groups[:-1] + [(head_optimizer, teacher.head_variables)]
-
-
-def make_crf_train_step(teacher: CRFTokenTeacher, groups):
-    """One compiled step: CRF NLL, one optimizer per parameter group."""
-    variables = [v for _, vs in groups for v in vs]
-    spec = tf.TensorSpec([None, None], tf.int32)
-
-    @tf.function(input_signature=[{"input_ids": spec, "attention_mask": spec, "label_ids": spec}])
-    def train_step(batch):
-        with tf.GradientTape() as tape:
-            loss = teacher.nll(batch, training=True)
-        grads = iter(tape.gradient(loss, variables))
-        for optimizer, group in groups:
-            optimizer.apply_gradients([(next(grads), v) for v in group])
-        return loss
-
-    return train_step
-
-
-def predict_piece_tags_crf(teacher: CRFTokenTeacher, windows: Windows, batch_size: int = 64) -> np.ndarray:
-    """Viterbi tag id per piece, [W, L]; windows batched by length to skip padding."""
-    tags_fn = teacher.predict_tags_fn()
-    order = np.argsort(windows.attention_mask.sum(1), kind="stable")
-    out = np.zeros(windows.input_ids.shape, dtype=np.int32)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        # At least 2: a window is [CLS] ... [SEP], and the CRF loops need a time step to scan.
-        length = max(2, int(windows.attention_mask[idx].sum(1).max()))
-        batch = {"input_ids": windows.input_ids[idx, :length], "attention_mask": windows.attention_mask[idx, :length]}
-        out[idx, :length] = tags_fn(batch).numpy()
-    return out
-
-
-def evaluate_crf_teacher(teacher: CRFTokenTeacher, tokenizer, sentences: Sequence[Sentence], scheme: str,
-                         batch_size: int = 64) -> Dict:
-    """Entity scores of the teacher's Viterbi word-level predictions on labeled sentences."""
-    windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    predicted = decode(windows, predict_piece_tags_crf(teacher, windows, batch_size), teacher.tag_vocab)
-    return score_by_language([s.tags for s in sentences], predicted, [s.lang for s in sentences], scheme)
-
-
-def finetune_crf_teacher(teacher: CRFTokenTeacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Sentence],
-                         scheme: str, config: FinetuneConfig) -> FinetuneResult:
-    """`finetune.finetune` for the CRF teacher: CRF NLL, transitions at the head rate, Viterbi
-    dev F1 for early stopping; leaves the best epoch's weights in the teacher."""
-    tf.keras.utils.set_random_seed(config.seed)
-    windows = encode(train, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    steps = -(-len(windows) // config.batch_size)
-    if config.max_steps_per_epoch:
-        steps = min(steps, config.max_steps_per_epoch)
-    train_step = make_crf_train_step(teacher, crf_parameter_groups(teacher, config, steps * config.epochs))
-    dataset = windows_dataset(windows, config.batch_size, shuffle=True, seed=config.seed)
-    result, best_weights, stale = FinetuneResult(), None, 0
-    for epoch in range(config.epochs):
-        losses = _run_epoch(train_step, dataset.take(steps), steps, epoch, config)
-        dev_f1 = evaluate_crf_teacher(teacher, tokenizer, dev, scheme)["all"]["f1"]
-        result.history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "dev_f1": dev_f1})
-        log.info("CRF teacher epoch %d: train loss %.4f, dev F1 %.4f", epoch + 1, np.mean(losses), dev_f1)
-        if dev_f1 > result.best_dev_f1:
-            result.best_dev_f1, result.best_epoch, stale = dev_f1, epoch + 1, 0
-            best_weights = teacher.get_weights()
-        else:
-            stale += 1
-            if stale >= config.patience:
-                break
-    if best_weights is not None:
-        teacher.set_weights(best_weights)
-    return result

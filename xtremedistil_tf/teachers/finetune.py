@@ -98,7 +98,7 @@ def parameter_groups(teacher, config: FinetuneConfig, total_steps: int):
     rescaled gradient; scaling the gradients would change nothing.
     """
     warmup = int(config.warmup_fraction * total_steps)
-    head_vars = teacher.classifier.trainable_variables
+    head_vars = teacher.head_variables
     head_ids = {id(v) for v in head_vars}
     by_depth: Dict[int, list] = {}
     for v in teacher.encoder.trainable_variables:
@@ -123,38 +123,36 @@ def _adamw(peak, total_steps, warmup, weight_decay):
     return optimizer
 
 
-def make_train_step(teacher, groups, pad_id: int):
+def make_train_step(teacher, groups):
+    """One compiled step on the teacher's own loss (`teacher.loss`), one optimizer per group."""
     variables = [v for _, vs in groups for v in vs]
-    sizes = [len(vs) for _, vs in groups]
     spec = tf.TensorSpec([None, None], tf.int32)
 
     @tf.function(input_signature=[{"input_ids": spec, "attention_mask": spec, "label_ids": spec}])
     def train_step(batch):
         with tf.GradientTape() as tape:
-            logits = teacher(batch, training=True)
-            loss = masked_token_cross_entropy(batch["label_ids"], logits,
-                                              loss_weights(batch["label_ids"], batch["attention_mask"], pad_id))
-        grads = tape.gradient(loss, variables)
-        offset = 0
-        for (optimizer, vs), n in zip(groups, sizes):
-            optimizer.apply_gradients(zip(grads[offset:offset + n], vs))
-            offset += n
+            loss = teacher.loss(batch, training=True)
+        grads = iter(tape.gradient(loss, variables))
+        for optimizer, group in groups:
+            optimizer.apply_gradients([(next(grads), v) for v in group])
         return loss
 
     return train_step
 
 
 def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.ndarray:
-    """Argmax tag id per piece, [W, L]. Windows are batched by length to skip padding."""
-    logits_fn = teacher.predict_fn()
+    """Predicted tag id per piece (argmax, or Viterbi for a CRF teacher), [W, L].
+    Windows are batched by length to skip padding."""
+    tags_fn = teacher.predict_tags_fn()
     order = np.argsort(windows.attention_mask.sum(1), kind="stable")
     out = np.zeros(windows.input_ids.shape, dtype=np.int32)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        length = max(1, int(windows.attention_mask[idx].sum(1).max()))
+        # At least 2 columns: every window is [CLS] ... [SEP], and CRF loops need a step to scan.
+        length = max(2, int(windows.attention_mask[idx].sum(1).max()))
         batch = {"input_ids": windows.input_ids[idx, :length],
                  "attention_mask": windows.attention_mask[idx, :length]}
-        out[idx, :length] = np.argmax(logits_fn(batch).numpy(), axis=-1)
+        out[idx, :length] = tags_fn(batch).numpy()
     return out
 
 
@@ -175,8 +173,7 @@ def finetune(teacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Senten
     steps = -(-len(windows) // config.batch_size)
     if config.max_steps_per_epoch:
         steps = min(steps, config.max_steps_per_epoch)
-    train_step = make_train_step(teacher, parameter_groups(teacher, config, steps * config.epochs),
-                                 teacher.tag_vocab.pad_id)
+    train_step = make_train_step(teacher, parameter_groups(teacher, config, steps * config.epochs))
     dataset = windows_dataset(windows, config.batch_size, shuffle=True, seed=config.seed)
     result, best_weights, stale = FinetuneResult(), None, 0
     for epoch in range(config.epochs):

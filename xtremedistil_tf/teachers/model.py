@@ -66,13 +66,27 @@ class TokenTeacher(tf.keras.Model):
         out = self._encode(inputs, False, output_hidden_states=True)
         return self.classifier(out.last_hidden_state), out.hidden_states[layer]
 
-    def predict_fn(self):
-        """Inference logits as one compiled function for any batch size and length (traced once)."""
-        if getattr(self, "_predict_fn", None) is None:
+    @property
+    def head_variables(self):
+        """The variables trained at the head's learning rate."""
+        return self.classifier.trainable_variables
+
+    def loss(self, batch, training=False):
+        """Training loss of a batch (input_ids, attention_mask, label_ids [B, T]): token
+        cross-entropy over real, labeled pieces (CLS, SEP and X included, as in the papers)."""
+        from xtremedistil_tf.teachers.finetune import loss_weights, masked_token_cross_entropy
+
+        weights = loss_weights(batch["label_ids"], batch["attention_mask"], self.tag_vocab.pad_id)
+        return masked_token_cross_entropy(batch["label_ids"], self(batch, training=training), weights)
+
+    def predict_tags_fn(self):
+        """Predicted tag ids [B, T] as one compiled function for any batch size and length."""
+        if getattr(self, "_tags_fn", None) is None:
             spec = tf.TensorSpec([None, None], tf.int32)
-            self._predict_fn = tf.function(lambda batch: self(batch, training=False),
-                                           input_signature=[{"input_ids": spec, "attention_mask": spec}])
-        return self._predict_fn
+            self._tags_fn = tf.function(
+                lambda batch: tf.argmax(self(batch, training=False), axis=-1, output_type=tf.int32),
+                input_signature=[{"input_ids": spec, "attention_mask": spec}])
+        return self._tags_fn
 
     def build_for_length(self, length: int = 8) -> None:
         """Create all variables by running one dummy batch."""
@@ -151,12 +165,16 @@ def build_teacher(name_or_path: str, labels: Sequence[str], max_seq_length: int 
 
 
 def load_teacher(directory):
-    """Reload a teacher written by `TokenTeacher.save`; returns (teacher, tokenizer)."""
+    """Reload a teacher written by `TokenTeacher.save` (or the CRF teacher's); returns (teacher, tokenizer)."""
     directory = Path(directory)
     meta_path = directory / "teacher.json"
     if not meta_path.exists():
         raise ConfigError(f"{directory} is not a saved teacher (no teacher.json)")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("head") == "crf":
+        from xtremedistil_tf.teachers.crf_head import load_crf_teacher
+
+        return load_crf_teacher(directory)
     if meta.get("format_version") != FORMAT_VERSION:
         raise ConfigError(f"{meta_path}: format_version {meta.get('format_version')} is not {FORMAT_VERSION}")
     from transformers import TFAutoModel

@@ -1,0 +1,60 @@
+"""bin/predict: text lines -> JSON lines of entities.
+
+    echo "John lives in Paris" | bin/predict --model=runs/demo/export/ner
+    bin/predict --model=runs/demo/student --input=lines.txt --output=entities.jsonl
+
+--model is an exported model (<export_dir>/<name>, whose highest version is used, or one
+version dir) or a saved student dir. Each line gives {"text", "entities": [{"start", "end",
+"type", "text", "confidence"}]}, offsets in characters; an empty line gives no entities.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from absl import app, flags
+
+from xtremedistil_tf.cli.common import define_common_flags, run_main
+from xtremedistil_tf.errors import ConfigError
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("model", "", "Exported model dir (<export_dir>/<name>[/<version>]) or saved student dir.")
+flags.DEFINE_string("input", "-", "Text file, one text a line (UTF-8); '-' reads stdin.")
+flags.DEFINE_string("output", "-", "JSON-lines file to write; '-' writes stdout.")
+flags.DEFINE_integer("batch_size", 64, "Lines per call of the model.")
+
+define_common_flags()
+
+
+def _read_lines(name: str):
+    if name == "-":
+        return [line.rstrip("\r\n") for line in sys.stdin]
+    with open(name, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def predict_lines() -> None:
+    from xtremedistil_tf.export.predictor import load_serving_fn, predict
+
+    if not FLAGS.model:
+        raise ConfigError("--model is required")
+    if FLAGS.batch_size < 1:
+        raise ConfigError(f"--batch_size must be >= 1; got {FLAGS.batch_size}")
+    records = predict(load_serving_fn(FLAGS.model), _read_lines(FLAGS.input), FLAGS.batch_size)
+    out = sys.stdout if FLAGS.output == "-" else open(FLAGS.output, "w", encoding="utf-8")
+    try:
+        for record in records:
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+def main(argv) -> None:
+    del argv
+    run_main(predict_lines)
+
+
+def run() -> None:
+    app.run(main)

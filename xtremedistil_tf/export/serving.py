@@ -1,0 +1,272 @@
+"""A TF Serving SavedModel of a student: raw strings in, word tags and entity spans out.
+
+Everything runs in the graph: WordPiece tokenization with offsets (tensorflow-text's
+FastBertTokenizer, whose offsets point into the original string), windows of pieces with
+[CLS]/[SEP], the student, softmax-argmax or CRF-Viterbi decoding, the word's tag read at its
+first piece (as in data/alignment.py), lenient span decoding (as schemes.tags_to_spans) and
+byte -> character offsets. docs/serving.md describes the signatures.
+
+Shapes: B texts, P pieces (all texts together), W words (all texts), S spans (all texts),
+C windows, L window length, N tags. Ragged per-text results are padded to dense at the end.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import List
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from xtremedistil_tf.crf import ops as crf_ops
+from xtremedistil_tf.data.alignment import PAD_TAG
+from xtremedistil_tf.data.schemes import split_tag
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.export.student import StudentConfig, load_student_dir
+from xtremedistil_tf.io import atomic_dir
+
+# Prefix codes of a word's tag for span decoding; I- and M- (BMES) are the same "inside".
+OUTSIDE, BEGIN, INSIDE, END, SINGLE = 0, 1, 2, 3, 4
+_PREFIX_CODES = {"O": OUTSIDE, "B": BEGIN, "I": INSIDE, "M": INSIDE, "E": END, "S": SINGLE}
+# Row keys for searching offsets of all texts in one sorted vector: row * 2^32 + byte.
+_ROW_STRIDE = 2 ** 32
+
+TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+IDS_SPECS = (tf.TensorSpec([None, None], tf.int32, name="input_ids"),
+             tf.TensorSpec([None, None], tf.int32, name="attention_mask"))
+
+
+def tag_tables(config: StudentConfig):
+    """Per tag id: its word label, prefix code and entity-type id (-1 for O), and the type names.
+
+    Markers (X, [CLS], [SEP], [PAD]) predicted at a word's first piece read as "O", like
+    TagVocab.word_label.
+    """
+    words, prefixes, type_ids, types = [], [], [], []
+    for index, tag in enumerate(config.tags):
+        label = tag if index < len(config.labels) else "O"
+        prefix, etype = split_tag(label, config.scheme)
+        if etype is not None and etype not in types:
+            types.append(etype)
+        words.append(label)
+        prefixes.append(_PREFIX_CODES[prefix])
+        type_ids.append(types.index(etype) if etype is not None else -1)
+    return words, prefixes, type_ids, types
+
+
+def windows_of(pieces: tf.RaggedTensor, budget, cls_id: int, sep_id: int, pad_id: int):
+    """Cuts each text's pieces [B, (P)] into consecutive windows of at most `budget` pieces
+    (None: one window per text), each wrapped in [CLS] ... [SEP]; an empty text gets one window.
+
+    Returns (input_ids [C, L] int32, attention_mask [C, L] int32, lengths [C] int64: pieces per
+    window without CLS/SEP). Windows list the pieces in their original order.
+    """
+    rows = pieces.value_rowids()
+    if budget is None:
+        window_of_piece, num_windows = rows, pieces.nrows()
+    else:
+        per_text = tf.maximum(tf.math.floordiv(pieces.row_lengths() + budget - 1, budget), 1)
+        first_window = tf.cumsum(per_text, exclusive=True)
+        position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(pieces.row_splits, rows)
+        window_of_piece = tf.gather(first_window, rows) + position // budget
+        num_windows = tf.reduce_sum(per_text)
+    windows = tf.RaggedTensor.from_value_rowids(pieces.flat_values, window_of_piece, nrows=num_windows)
+    lengths = windows.row_lengths()
+    marker = lambda piece: tf.RaggedTensor.from_tensor(tf.fill([num_windows, 1], tf.constant(piece, tf.int32)))
+    wrapped = tf.concat([marker(cls_id), windows, marker(sep_id)], axis=1)
+    input_ids = wrapped.to_tensor(default_value=pad_id)
+    attention_mask = tf.sequence_mask(wrapped.row_lengths(), tf.shape(input_ids)[1], dtype=tf.int32)
+    return input_ids, attention_mask, lengths
+
+
+def byte_to_char(text, rows, offsets):
+    """Character (Unicode code point) offsets of byte `offsets` [K] into text[rows] [K].
+
+    A byte offset maps to the number of characters that start before it, so an exclusive
+    end byte maps to an exclusive end character. Invalid UTF-8 counts one character per bad byte.
+    """
+    _, char_starts = tf.strings.unicode_decode_with_offsets(text, "UTF-8", errors="replace")
+    keys = char_starts.value_rowids() * _ROW_STRIDE + char_starts.flat_values
+    queries = tf.cast(rows, tf.int64) * _ROW_STRIDE + tf.cast(offsets, tf.int64)
+    index = tf.searchsorted(keys[None], queries[None], side="left", out_type=tf.int64)[0]
+    return tf.cast(index - tf.gather(char_starts.row_splits, rows), tf.int32)
+
+
+def decode_spans(prefix, type_id, word_row, word_position):
+    """Lenient span decoding of flat word tags (schemes.tags_to_spans, vectorised).
+
+    prefix, type_id, word_row, word_position: [W]. A word continues the entity before it
+    when it is inside/end (I, M, E), the previous word in the same text is begin/inside of
+    the same type; any other non-O word starts a span. Returns (first word [S], last word
+    [S]) as flat word indices.
+    """
+    previous_prefix = tf.roll(prefix, 1, axis=0)
+    previous_type = tf.roll(type_id, 1, axis=0)
+    continues = ((word_position > 0)
+                 & ((prefix == INSIDE) | (prefix == END))
+                 & ((previous_prefix == BEGIN) | (previous_prefix == INSIDE))
+                 & (previous_type == type_id))
+    in_entity = prefix != OUTSIDE
+    starts = in_entity & ~continues
+    span_of_word = tf.cumsum(tf.cast(starts, tf.int32)) - 1
+    index = tf.range(tf.size(prefix))
+    first = tf.boolean_mask(index, starts)
+    last = tf.math.unsorted_segment_max(tf.boolean_mask(index, in_entity), tf.boolean_mask(span_of_word, in_entity),
+                                        tf.size(first))
+    return first, last, span_of_word, in_entity
+
+
+def _dense(values, rows, nrows, default):
+    """Flat per-text values [K] with sorted rows [K] -> [nrows, max per row] padded with `default`."""
+    return tf.RaggedTensor.from_value_rowids(values, tf.cast(rows, tf.int64), nrows=nrows).to_tensor(default)
+
+
+class _Untracked:
+    """Holds Keras models out of the SavedModel object graph.
+
+    tf.saved_model.save would otherwise serialise them the Keras way, tracing every layer's
+    call (minutes on 2 cores); the serving graph needs only their variables, tracked below.
+    """
+
+    def __init__(self, **models):
+        self.__dict__.update(models)
+
+
+class NerServing(tf.Module):
+    """The student plus its tokenizer and decoding, with `serve` (strings) and `ids` (pieces)."""
+
+    def __init__(self, model: tf.keras.Model, config: StudentConfig, vocab: List[str]):
+        super().__init__(name="ner_serving")
+        self._keras = _Untracked(model=model)
+        self.student_variables = list(model.variables)
+        self.config = config
+        self.tokenizer = tf_text.FastBertTokenizer(
+            vocab, token_out_type=tf.int32, unknown_token="[UNK]",
+            lower_case_nfd_strip_accents=config.lower_case)
+        self._cls, self._sep, self._pad = (vocab.index(p) for p in ("[CLS]", "[SEP]", "[PAD]"))
+        self._pad_tag = config.tags.index(PAD_TAG)
+        # Transformer students have position embeddings for max_seq_length; BiLSTMs take any length.
+        self._budget = config.max_seq_length - 2 if config.architecture == "transformer" else None
+        self._continuation = tf.constant([p.startswith("##") for p in vocab])
+        words, prefixes, type_ids, types = tag_tables(config)
+        self._word_labels = tf.constant(words)
+        self._prefixes = tf.constant(prefixes, tf.int32)
+        self._type_ids = tf.constant(type_ids, tf.int32)
+        self._types = tf.constant(types + [""])  # "" keeps the constant non-empty when there are no types
+        if config.decoder == "crf":
+            self._keras.crf = model.get_layer("crf")
+            self._keras.emissions = tf.keras.Model(model.inputs, self._keras.crf.input, name="crf_emissions")
+
+    @classmethod
+    def from_student_dir(cls, student_dir) -> "NerServing":
+        return cls(*load_student_dir(student_dir))
+
+    def decode_windows(self, input_ids, attention_mask):
+        """Piece tags of windows [C, L]: (tag_ids int32, tag_probs float32, probs [C, L, N] float32).
+
+        softmax: argmax of the student's probs; crf: Viterbi over the CRF potentials, with the
+        CRF marginals as probs. Positions with attention_mask 0 get the [PAD] tag and 0.
+        """
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.config.decoder == "crf":
+            crf, lengths = self._keras.crf, tf.reduce_sum(attention_mask, axis=1)
+            potentials = crf_ops.apply_boundary_constraints(
+                tf.cast(self._keras.emissions(inputs, training=False), tf.float32), lengths,
+                crf.start_allowed, crf.end_allowed)
+            tag_ids = crf_ops.crf_decode(potentials, crf.transitions, lengths)[0]
+            probs = crf_ops.crf_marginals(potentials, lengths, crf.transitions)
+        else:
+            probs = tf.cast(self._keras.model(inputs, training=False)["probs"], tf.float32)
+            tag_ids = tf.argmax(probs, axis=-1, output_type=tf.int32)
+        real = attention_mask > 0
+        tag_probs = tf.gather(probs, tag_ids, batch_dims=2)
+        return tf.where(real, tag_ids, self._pad_tag), tf.where(real, tag_probs, 0.0), probs
+
+    @tf.function(input_signature=IDS_SPECS)
+    def ids(self, input_ids, attention_mask):
+        """The `ids` signature: the client's own pieces [B, T] (with CLS/SEP) -> piece tags."""
+        tag_ids, tag_probs, probs = self.decode_windows(input_ids, attention_mask)
+        return {"tag_ids": tag_ids, "tag_probs": tag_probs, "probs": probs}
+
+    def _pieces(self, text):
+        """Flat piece tags of all texts: (pieces [B, (P)], start/end bytes [B, (P)], tag [P], prob [P])."""
+        pieces, start, end = self.tokenizer.tokenize_with_offsets(text)
+        input_ids, attention_mask, lengths = windows_of(pieces, self._budget, self._cls, self._sep, self._pad)
+        tag_ids, tag_probs, _ = self.decode_windows(input_ids, attention_mask)
+        # Drop CLS/SEP/padding; windows keep the pieces' order, so flat values line up with `pieces`.
+        tags = tf.RaggedTensor.from_tensor(tag_ids[:, 1:], lengths=lengths).flat_values
+        probs = tf.RaggedTensor.from_tensor(tag_probs[:, 1:], lengths=lengths).flat_values
+        return pieces, start, end, tags, probs
+
+    def _words(self, text):
+        """Flat words: (row [W], position in its text [W], tag [W], prob [W], start/end byte [W])."""
+        pieces, start, end, tags, probs = self._pieces(text)
+        rows = pieces.value_rowids()
+        position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(pieces.row_splits, rows)
+        # A word's label sits at its first piece (alignment.py); the first piece of a text always starts a word.
+        is_first = ~tf.gather(self._continuation, pieces.flat_values) | (position == 0)
+        word_of_piece = tf.cumsum(tf.cast(is_first, tf.int32)) - 1
+        num_words = tf.reduce_sum(tf.cast(is_first, tf.int32))
+        word_rows = tf.boolean_mask(rows, is_first)
+        first_word = tf.cumsum(tf.math.unsorted_segment_sum(tf.ones_like(word_rows), word_rows, pieces.nrows()),
+                               exclusive=True)
+        word_position = tf.range(tf.size(word_rows, out_type=tf.int64)) - tf.gather(first_word, word_rows)
+        word_end = tf.math.unsorted_segment_max(end.flat_values, word_of_piece, num_words)
+        return (word_rows, word_position, tf.boolean_mask(tags, is_first), tf.boolean_mask(probs, is_first),
+                tf.boolean_mask(start.flat_values, is_first), word_end)
+
+    @tf.function(input_signature=[TEXT_SPEC])
+    def serve(self, text):
+        """The `serving_default` signature: text [B] UTF-8 -> word tags and entities, padded (docs/serving.md)."""
+        nrows = tf.shape(text, out_type=tf.int64)[0]
+        rows, position, tags, probs, start_byte, end_byte = self._words(text)
+        prefix, type_id = tf.gather(self._prefixes, tags), tf.gather(self._type_ids, tags)
+        first, last, span_of_word, in_entity = decode_spans(prefix, type_id, rows, position)
+        span_rows = tf.gather(rows, first)
+        span_start_byte, span_end_byte = tf.gather(start_byte, first), tf.gather(end_byte, last)
+        confidence = tf.math.unsorted_segment_mean(tf.boolean_mask(probs, in_entity),
+                                                   tf.boolean_mask(span_of_word, in_entity), tf.size(first))
+        entity_text = tf.strings.substr(tf.gather(text, span_rows), span_start_byte,
+                                        span_end_byte - span_start_byte, unit="BYTE")
+        count = lambda r: tf.math.bincount(tf.cast(r, tf.int32), minlength=tf.cast(nrows, tf.int32),
+                                           maxlength=tf.cast(nrows, tf.int32))
+        return {
+            "num_words": count(rows),
+            "word_tags": _dense(tf.gather(self._word_labels, tags), rows, nrows, ""),
+            "word_start": _dense(byte_to_char(text, rows, start_byte), rows, nrows, -1),
+            "word_end": _dense(byte_to_char(text, rows, end_byte), rows, nrows, -1),
+            "num_entities": count(span_rows),
+            "entity_start": _dense(byte_to_char(text, span_rows, span_start_byte), span_rows, nrows, -1),
+            "entity_end": _dense(byte_to_char(text, span_rows, span_end_byte), span_rows, nrows, -1),
+            "entity_type": _dense(tf.gather(self._types, tf.gather(type_id, first)), span_rows, nrows, ""),
+            "entity_text": _dense(entity_text, span_rows, nrows, ""),
+            "entity_confidence": _dense(confidence, span_rows, nrows, 0.0),
+        }
+
+
+def next_version(model_dir: Path) -> int:
+    """1 + the highest numeric version under `model_dir` (TF Serving serves the highest)."""
+    versions = [int(p.name) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def export_student(student_dir, export_dir, name: str = "ner", version: int = 0, overwrite: bool = False) -> Path:
+    """Writes <export_dir>/<name>/<version>/ (SavedModel with `serving_default` and `ids`).
+
+    version 0 means the next free version. The student's student.json is copied to
+    assets.extra/ (TF Serving ignores it; bin/predict and clients read the tags there).
+    """
+    student_dir = Path(student_dir)
+    model_dir = Path(export_dir) / name
+    version = version or next_version(model_dir)
+    target = model_dir / str(version)
+    if target.exists() and not overwrite:
+        raise ConfigError(f"{target} exists; pass --overwrite or another --version")
+    module = NerServing.from_student_dir(student_dir)
+    signatures = {"serving_default": module.serve.get_concrete_function(),
+                  "ids": module.ids.get_concrete_function()}
+    with atomic_dir(target) as tmp:
+        tf.saved_model.save(module, str(tmp), signatures=signatures)
+        (tmp / "assets.extra").mkdir()
+        shutil.copyfile(student_dir / "student.json", tmp / "assets.extra" / "student.json")
+    return target

@@ -1,0 +1,98 @@
+"""The saved student directory that export and predict read (written by the pipeline):
+
+    student_dir/model/       the Keras model, `model.save(dir)` (SavedModel format)
+    student_dir/student.json {"format_version": 1, "labels", "tags", "scheme", "lower_case",
+                              "max_seq_length", "architecture": "bilstm"|"transformer",
+                              "decoder": "softmax"|"crf"}
+    student_dir/vocab.txt    the teacher tokenizer's WordPiece vocabulary, one piece a line
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import List
+
+import tensorflow as tf
+
+import xtremedistil_tf.crf.layer  # noqa: F401  (registers CRF for load_model)
+import xtremedistil_tf.students.layers  # noqa: F401  (registers SequenceMask, TransformerEncoder)
+from xtremedistil_tf.data.alignment import TagVocab
+from xtremedistil_tf.data.schemes import normalize_scheme
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import atomic_write_json, read_json
+
+FORMAT_VERSION = 1
+ARCHITECTURES = ("bilstm", "transformer")
+DECODERS = ("softmax", "crf")
+
+
+@dataclass
+class StudentConfig:
+    """student.json. `tags` are TagVocab(labels).tags: the ids the model's outputs index."""
+
+    labels: List[str]
+    scheme: str = "IOB2"
+    lower_case: bool = True
+    max_seq_length: int = 128
+    architecture: str = "bilstm"
+    decoder: str = "softmax"
+    tags: List[str] = field(default_factory=list)
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self):
+        expected = TagVocab(self.labels).tags
+        if not self.tags:
+            self.tags = expected
+        if list(self.tags) != expected:
+            raise ConfigError(f"student.json tags {self.tags} are not the labels followed by the markers: {expected}")
+        if self.format_version != FORMAT_VERSION:
+            raise ConfigError(f"student.json format_version {self.format_version} is not {FORMAT_VERSION}")
+        if self.architecture not in ARCHITECTURES:
+            raise ConfigError(f"student.json architecture {self.architecture!r} is not one of {ARCHITECTURES}")
+        if self.decoder not in DECODERS:
+            raise ConfigError(f"student.json decoder {self.decoder!r} is not one of {DECODERS}")
+        if self.max_seq_length < 3:
+            raise ConfigError(f"student.json max_seq_length must be at least 3 (CLS, a piece, SEP); "
+                              f"got {self.max_seq_length}")
+        self.scheme = normalize_scheme(self.scheme)
+
+
+def read_config(student_dir) -> StudentConfig:
+    path = Path(student_dir) / "student.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: {student_dir} is not a saved student directory")
+    try:
+        return StudentConfig(**read_json(path))
+    except TypeError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def read_vocab(path) -> List[str]:
+    """WordPiece vocabulary, one piece a line (line number = id), as HF BertTokenizer reads it."""
+    pieces = Path(path).read_text(encoding="utf-8").split("\n")
+    if pieces and pieces[-1] == "":
+        pieces.pop()
+    missing = [p for p in ("[UNK]", "[CLS]", "[SEP]", "[PAD]") if p not in pieces]
+    if missing:
+        raise ConfigError(f"{path} lacks the special pieces {missing}")
+    return [p.rstrip("\r") for p in pieces]
+
+
+def load_student_dir(student_dir):
+    """(Keras model, StudentConfig, vocab list) of a saved student directory."""
+    student_dir = Path(student_dir)
+    config = read_config(student_dir)
+    vocab = read_vocab(student_dir / "vocab.txt")
+    model = tf.keras.models.load_model(student_dir / "model", compile=False)
+    return model, config, vocab
+
+
+def write_student_dir(model: tf.keras.Model, student_dir, config: StudentConfig, vocab_file) -> Path:
+    """Writes the layout above (the model, student.json, a copy of `vocab_file`); returns the dir."""
+    student_dir = Path(student_dir)
+    student_dir.mkdir(parents=True, exist_ok=True)
+    model.save(student_dir / "model")
+    shutil.copyfile(vocab_file, student_dir / "vocab.txt")
+    atomic_write_json(student_dir / "student.json", asdict(config))
+    return student_dir

@@ -1,0 +1,199 @@
+"""bin/export and bin/predict: the serving SavedModel against the Keras student and our Python alignment."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO, TOY_LABELS, toy_ner_sentences
+from xtremedistil_tf.data.alignment import TagVocab, decode, encode, word_pieces
+from xtremedistil_tf.data.schemes import spans_to_tags, tags_to_spans
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.export.predictor import load_serving_fn, predict
+from xtremedistil_tf.export.serving import NerServing, decode_spans, export_student, tag_tables
+from xtremedistil_tf.export.student import StudentConfig, read_vocab, write_student_dir
+from xtremedistil_tf.students.models import build_bilstm_student, build_transformer_student
+
+TAG_VOCAB = TagVocab(TOY_LABELS)
+# CJK characters are words of their own, as in BERT's basic tokenizer; other words split at punctuation.
+WORD = re.compile(r"[\u4e00-\u9fff]|[^\W\u4e00-\u9fff]+|[^\w\s]")
+ENV = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
+
+
+def _long_text(min_chars=2000):
+    rng = np.random.default_rng(3)
+    words = ["john", "mary", "paris", "berlin", "the", "in", "at", "johnson", "xyz", "."]
+    text = ""
+    while len(text) < min_chars:
+        text += str(rng.choice(words)) + " "
+    return text.strip()
+
+
+TEXTS = ["john was in paris .", "", "Москва : john and mary at berlin paris", "中国 , mary in berlin", _long_text()]
+
+
+def _trained_student(tokenizer):
+    """A tiny BiLSTM student trained for a few epochs on the toy task (names PER, cities LOC)."""
+    tf.keras.utils.set_random_seed(0)
+    windows = encode(toy_ner_sentences(300, seed=1), tokenizer, TAG_VOCAB, max_seq_length=16)
+    model = build_bilstm_student(tokenizer.vocab_size, len(TAG_VOCAB), embedding_dim=16, hidden=16,
+                                 teacher_hidden=8, dropout=0.0)
+    model.compile(tf.keras.optimizers.Adam(0.02), loss={"probs": tf.keras.losses.SparseCategoricalCrossentropy()})
+    model.fit({"input_ids": windows.input_ids, "attention_mask": windows.attention_mask},
+              {"probs": windows.label_ids}, sample_weight={"probs": windows.attention_mask},
+              epochs=4, batch_size=32, verbose=0)
+    return model
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
+    model = _trained_student(tiny_tokenizer)
+    directory = write_student_dir(model, tmp_path_factory.mktemp("student"), StudentConfig(TOY_LABELS),
+                                  tiny_tokenizer_dir / "vocab.txt")
+    return model, directory
+
+
+@pytest.fixture(scope="module")
+def exported(student, tmp_path_factory):
+    return export_student(student[1], tmp_path_factory.mktemp("export"))
+
+
+def reference(model, tokenizer, text):
+    """(word tags, [(start char, end char, type, confidence)]) from the Keras model via alignment.py."""
+    matches = list(WORD.finditer(text))
+    if not matches:
+        return [], []
+    windows = encode([Sentence([m.group() for m in matches])], tokenizer, TAG_VOCAB, max_seq_length=2048)
+    probs = model.predict({"input_ids": windows.input_ids, "attention_mask": windows.attention_mask},
+                          verbose=0)["probs"]
+    tags = decode(windows, probs.argmax(-1), TAG_VOCAB)[0]
+    word_prob = np.zeros(len(matches))
+    for r, c in zip(*np.nonzero(windows.owner)):
+        word_prob[windows.word_index[r, c]] = probs[r, c].max()
+    spans = [(matches[s].start(), matches[e - 1].end(), etype, word_prob[s:e].mean())
+             for etype, s, e in tags_to_spans(tags, "IOB2")]
+    return tags, spans
+
+
+LOAD_AND_CALL = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # registers the tokenizer ops
+loaded = tf.saved_model.load(sys.argv[1])
+texts = json.load(sys.stdin)
+out = {k: v.numpy().tolist() for k, v in loaded.signatures["serving_default"](text=tf.constant(texts)).items()}
+empty = loaded.signatures["serving_default"](text=tf.constant([""]))
+ids = loaded.signatures["ids"](input_ids=tf.constant([[2, 70, 3, 0]]), attention_mask=tf.constant([[1, 1, 1, 0]]))
+print(json.dumps({"out": out, "empty": {k: v.shape.as_list() for k, v in empty.items()},
+                  "ids": {k: v.numpy().tolist() for k, v in ids.items()}}, default=lambda b: b.decode("utf-8")))
+"""
+
+
+def test_serving_signature_matches_keras_in_fresh_process(student, exported, tiny_tokenizer):
+    model, _ = student
+    proc = subprocess.run([sys.executable, "-c", LOAD_AND_CALL, str(exported)], input=json.dumps(TEXTS),
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    out = result["out"]
+    assert len(TEXTS[4]) >= 2000
+    found_after_non_ascii = False
+    for i, text in enumerate(TEXTS):
+        tags, spans = reference(model, tiny_tokenizer, text)
+        assert out["num_words"][i] == len(tags)
+        assert out["word_tags"][i][:len(tags)] == tags
+        n = out["num_entities"][i]
+        assert n == len(spans), (text, spans)
+        got = list(zip(out["entity_start"][i], out["entity_end"][i], out["entity_type"][i]))[:n]
+        assert got == [s[:3] for s in spans]
+        np.testing.assert_allclose(out["entity_confidence"][i][:n], [s[3] for s in spans], atol=1e-5)
+        # Character offsets: Python slicing gives back the in-graph entity text.
+        assert out["entity_text"][i][:n] == [text[s:e] for s, e, _ in got]
+        found_after_non_ascii |= any(len(text[:s]) != len(text[:s].encode("utf-8")) for s, _, _ in got)
+    assert found_after_non_ascii, "no entity after non-ASCII text: the offset check would be vacuous"
+    assert out["num_words"][1] == 0 and out["num_entities"][1] == 0
+    assert result["empty"]["entity_start"] == [1, 0] and result["empty"]["num_entities"] == [1]
+    # ids signature: the client's own pieces -> the Keras argmax; padding gets [PAD] and 0.
+    probs = model.predict({"input_ids": np.array([[2, 70, 3]]), "attention_mask": np.ones((1, 3), int)},
+                          verbose=0)["probs"][0]
+    assert result["ids"]["tag_ids"] == [list(probs.argmax(-1)) + [TAG_VOCAB.pad_id]]
+    np.testing.assert_allclose(result["ids"]["tag_probs"][0], list(probs.max(-1)) + [0.0], atol=1e-5)
+
+
+def test_saved_model_cli_lists_both_signatures(exported):
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    proc = subprocess.run([cli, "show", "--all", "--dir", str(exported)], capture_output=True, text=True,
+                          env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = proc.stdout
+    for name in ("signature_def['serving_default']", "signature_def['ids']", "inputs['text']",
+                 "inputs['input_ids']", "inputs['attention_mask']", "outputs['tag_ids']", "outputs['probs']",
+                 "outputs['word_tags']", "outputs['entity_start']", "outputs['entity_end']",
+                 "outputs['entity_type']", "outputs['entity_confidence']", "outputs['num_entities']"):
+        assert name in shown
+    assert shown.count("Method name is: tensorflow/serving/predict") == 2
+
+
+def test_bin_predict_on_export_and_student_dir(student, exported, tiny_tokenizer):
+    model, student_dir = student
+    lines = [TEXTS[0], "", TEXTS[2]]
+    proc = subprocess.run([sys.executable, str(REPO / "bin" / "predict"), f"--model={exported.parent}"],
+                          input="\n".join(lines) + "\n", capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    # The student dir goes through the same graph, built in memory.
+    assert predict(load_serving_fn(student_dir), lines) == records
+    assert [r["text"] for r in records] == lines
+    for record in records:
+        spans = reference(model, tiny_tokenizer, record["text"])[1]
+        assert [(e["start"], e["end"], e["type"], e["text"]) for e in record["entities"]] == \
+            [(s, e, t, record["text"][s:e]) for s, e, t, _ in spans]
+    assert records[0]["entities"], "the trained toy student should find entities in the first line"
+
+
+def test_transformer_student_runs_in_windows(tiny_tokenizer, tiny_tokenizer_dir):
+    """A transformer student sees windows of max_seq_length - 2 pieces, each with CLS/SEP."""
+    tf.keras.utils.set_random_seed(1)
+    model = build_transformer_student(tiny_tokenizer.vocab_size, len(TAG_VOCAB), embedding_dim=8, depth=1,
+                                      heads=2, ffn=8, teacher_hidden=8, max_length=8, dropout=0.0)
+    config = StudentConfig(TOY_LABELS, architecture="transformer", max_seq_length=8)
+    serving = NerServing(model, config, read_vocab(tiny_tokenizer_dir / "vocab.txt"))
+    words = "john was in paris and johnson at berlin of mary".split()
+    out = serving.serve(tf.constant([" ".join(words), "mary"]))
+    pieces = word_pieces(tiny_tokenizer, [Sentence(words)])[0]
+    flat = [p for word in pieces for p in word]
+    assert len(flat) > 12  # at least three windows of 6
+    tags = []
+    for start in range(0, len(flat), 6):
+        ids = np.array([[tiny_tokenizer.cls_token_id] + flat[start:start + 6] + [tiny_tokenizer.sep_token_id]])
+        probs = model({"input_ids": ids, "attention_mask": np.ones_like(ids)})["probs"][0, 1:-1]
+        tags.extend(np.argmax(probs, -1))
+    first_piece = np.cumsum([0] + [len(p) for p in pieces[:-1]])
+    expected = [TAG_VOCAB.word_label(int(tags[i])) for i in first_piece]
+    assert [t.decode() for t in out["word_tags"].numpy()[0]] == expected
+    assert out["num_words"].numpy().tolist() == [len(words), 1]
+
+
+@pytest.mark.parametrize("scheme", ["IOB2", "BIOES", "BMES"])
+def test_graph_span_decoding_matches_tags_to_spans(scheme):
+    """Valid and invalid (leniently read) tag sequences decode like schemes.tags_to_spans."""
+    prefixes = {"IOB2": "BI", "BIOES": "BIES", "BMES": "BMES"}[scheme]
+    labels = ["O"] + [f"{p}-{t}" for t in ("PER", "LOC") for p in prefixes]
+    config = StudentConfig(labels, scheme=scheme)
+    _, prefix_table, type_table, types = tag_tables(config)
+    rng = np.random.default_rng(0)
+    texts = [list(rng.integers(0, len(labels), size=n)) for n in (0, 1, 5, 9, 12)]
+    texts.append([labels.index(t) for t in spans_to_tags([("PER", 0, 3), ("LOC", 3, 4)], 6, scheme)])
+    flat = np.array([t for text in texts for t in text], np.int32)
+    rows = np.array([i for i, text in enumerate(texts) for _ in text], np.int64)
+    position = np.array([j for text in texts for j in range(len(text))], np.int64)
+    first, last, _, _ = decode_spans(tf.gather(prefix_table, flat), tf.gather(type_table, flat), rows, position)
+    got = [(int(rows[f]), types[type_table[flat[f]]], int(position[f]), int(position[l]) + 1)
+           for f, l in zip(first.numpy(), last.numpy())]
+    expected = [(i, etype, s, e) for i, text in enumerate(texts)
+                for etype, s, e in tags_to_spans([labels[t] for t in text], scheme)]
+    assert got == expected

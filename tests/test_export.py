@@ -197,3 +197,28 @@ def test_graph_span_decoding_matches_tags_to_spans(scheme):
     expected = [(i, etype, s, e) for i, text in enumerate(texts)
                 for etype, s, e in tags_to_spans([labels[t] for t in text], scheme)]
     assert got == expected
+
+
+def test_crf_student_decodes_with_viterbi(tiny_tokenizer, tiny_tokenizer_dir):
+    """decoder "crf": Viterbi over the `crf` layer's potentials and transitions, not the argmax."""
+    from xtremedistil_tf.crf.layer import CRF
+
+    tf.keras.utils.set_random_seed(2)
+    base = build_bilstm_student(tiny_tokenizer.vocab_size, len(TAG_VOCAB), embedding_dim=8, hidden=8,
+                                teacher_hidden=8, dropout=0.0)
+    crf = CRF(len(TAG_VOCAB), name="crf")
+    potentials = crf(base.output["logits"], mask=base.get_layer("sequence_mask").output)
+    model = tf.keras.Model(base.inputs, {**base.output, "potentials": potentials})
+    # Sticky transitions: Viterbi keeps one tag along the sequence where the argmax would not.
+    crf.raw_transitions.assign(10.0 * np.eye(len(TAG_VOCAB), dtype=np.float32))
+    serving = NerServing(model, StudentConfig(TOY_LABELS, decoder="crf"), read_vocab(tiny_tokenizer_dir / "vocab.txt"))
+    ids = np.array([[2, 70, 45, 60, 3, 0], [2, 50, 3, 0, 0, 0]], np.int32)
+    mask = (np.arange(6) < np.array([[5], [3]])).astype(np.int32)
+    out = serving.ids(ids, mask)
+    scores = model({"input_ids": ids, "attention_mask": mask})["potentials"]
+    expected = crf.decode(scores, mask.sum(1))[0].numpy()
+    expected[mask == 0] = TAG_VOCAB.pad_id
+    assert out["tag_ids"].numpy().tolist() == expected.tolist()
+    assert len(set(expected[0, :5])) == 1 and len(set(np.argmax(scores[0, :5], -1))) > 1
+    np.testing.assert_allclose(out["probs"].numpy()[mask == 1].sum(-1), 1.0, atol=1e-5)
+    assert serving.serve(tf.constant(["john was in paris", ""]))["num_words"].numpy().tolist() == [4, 0]

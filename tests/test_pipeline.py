@@ -12,6 +12,7 @@ from xtremedistil_tf.data.loading import DataConfig
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.cache import read_sharded
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
+from xtremedistil_tf.training.student_run import StudentConfig, load_student
 
 
 def write_conll(path, sentences):
@@ -34,7 +35,9 @@ def toy_config(work_dir, corpus, teacher_dir):
     teacher = pipeline.TeacherConfig(name=str(teacher_dir), random_init=True, max_seq_length=16, dropout=0.0,
                                      layer=1, finetune=FinetuneConfig(epochs=3, batch_size=16, learning_rate=3e-3,
                                                                       progress=False))
-    return pipeline.RunConfig(work_dir=str(work_dir), data=data, teacher=teacher,
+    student = StudentConfig(embedding_dim=16, hidden=16, epochs_per_layer=2, patience=2, batch_size=32,
+                            learning_rate=2e-2, strategy="D4.2")
+    return pipeline.RunConfig(work_dir=str(work_dir), data=data, teacher=teacher, student=student,
                               transfer=pipeline.TransferConfig(shard_size=64, batch_size=32), progress=False)
 
 
@@ -49,7 +52,8 @@ def test_pipeline_writes_every_artifact(finished_run):
     cfg, metrics = finished_run
     work = cfg.work_dir
     for name in ("data/train.jsonl", "data/step.json", "teacher/model/teacher.json", "transfer/manifest.json",
-                 "metrics.json", "config.json"):
+                 "transfer_dev/manifest.json", "student/model/saved_model.pb", "student/vocab.txt",
+                 "metrics.json", "config.json", "student/student.json"):
         assert os.path.exists(os.path.join(work, name)), name
     assert metrics["data"]["train_sentences"] == 160 and metrics["data"]["dev_sentences"] == 40
     assert metrics["data"]["transfer_sentences"] == 2
@@ -61,6 +65,21 @@ def test_pipeline_writes_every_artifact(finished_run):
     # Padding positions carry zeros; the unlabeled sentences carry PAD tags only.
     assert np.all(ds[0]["logits"][ds[0]["attention_mask"] == 0] == 0)
     assert np.all(ds[-1]["label_ids"] == 8)
+    assert metrics["transfer"]["train_windows"] == 160 and metrics["transfer"]["dev"]["windows"] == 40
+
+
+def test_student_is_distilled_saved_and_reloads(finished_run):
+    cfg, metrics = finished_run
+    # A tiny D4.2 student of the toy task is well above chance and close to its teacher.
+    assert metrics["student"]["scores"]["test"]["all"]["f1"] > 0.7
+    model, meta, tokenizer = load_student(os.path.join(cfg.work_dir, "student"))
+    assert meta["tags"][-4:] == ["X", "[CLS]", "[SEP]", "[PAD]"] and meta["lower_case"] is True
+    from xtremedistil_tf.data.alignment import TagVocab
+    from xtremedistil_tf.training.student_run import evaluate_student
+
+    reloaded = evaluate_student(model, tokenizer, TagVocab(meta["labels"]), meta["max_seq_length"],
+                                pipeline.load_data(pipeline.WorkDir(cfg.work_dir))["test"], "IOB2")
+    assert reloaded["all"]["f1"] == pytest.approx(metrics["student"]["scores"]["test"]["all"]["f1"])
 
 
 def test_rerun_skips_finished_steps(finished_run):

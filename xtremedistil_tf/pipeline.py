@@ -1,13 +1,15 @@
-"""The training pipeline over one work dir: data -> teacher -> teacher outputs -> evaluation.
+"""The training pipeline over one work dir: data -> teacher -> teacher outputs -> student -> metrics.
 
 Each step writes its artifact atomically under the work dir and is skipped on a rerun when the
-artifact exists with the same configuration (see workdir.py). Student steps plug in after
-`transfer`: they read the cached teacher outputs, never the teacher.
+artifact exists with the same configuration (see workdir.py). The student step reads the cached
+teacher outputs; the teacher itself only lends its word embeddings and sizes.
 
-    work_dir/data/        train/dev/test/transfer.jsonl and labels (a snapshot of the input)
-    work_dir/teacher/     the fine-tuned teacher (TokenTeacher.save layout) and its history
-    work_dir/transfer/    sharded teacher outputs over train + unlabeled transfer sentences
-    work_dir/metrics.json scores of every model on dev and test
+    work_dir/data/          train/dev/test/transfer.jsonl and labels (a snapshot of the input)
+    work_dir/teacher/       the fine-tuned teacher (TokenTeacher.save layout) and its history
+    work_dir/transfer/      sharded teacher outputs over train + unlabeled transfer sentences
+    work_dir/transfer_dev/  teacher outputs over dev (each student step is selected by dev loss)
+    work_dir/student/       the distilled student (training/student_run.py layout)
+    work_dir/metrics.json   scores of every model on dev and test
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from xtremedistil_tf.data.loading import SPLITS, DataConfig, labels_of, load_spl
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_json, read_json
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
+from xtremedistil_tf.training.student_run import StudentConfig
 from xtremedistil_tf.workdir import WorkDir
 
 log = logging.getLogger(__name__)
@@ -46,7 +49,6 @@ class TransferConfig:
     shard_size: int = 1000
     batch_size: int = 64
     hidden_dtype: str = "float16"
-    include_train: bool = True       # the labeled train sentences are part of the transfer set
 
 
 @dataclass
@@ -55,6 +57,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     transfer: TransferConfig = field(default_factory=TransferConfig)
+    student: Optional[StudentConfig] = field(default_factory=StudentConfig)   # None: stop after transfer
     overwrite: bool = False
     progress: bool = True
 
@@ -137,26 +140,64 @@ def _with_progress(config: FinetuneConfig, progress: bool) -> FinetuneConfig:
     return FinetuneConfig(**{**config.to_dict(), "progress": progress})
 
 
-def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict):
-    fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cfg.transfer)}
-    if work.is_done("transfer", fingerprint):
-        return fingerprint
+def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprint: dict, teacher, tokenizer) -> dict:
     from xtremedistil_tf.data.alignment import encode
-    from xtremedistil_tf.teachers.model import load_teacher
     from xtremedistil_tf.teachers.outputs import write_teacher_outputs
 
-    splits = load_data(work)
-    teacher, tokenizer = load_teacher(work.path("teacher") / "model")
-    sentences = (splits["train"] if cfg.transfer.include_train else []) + splits["transfer"]
     windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     start = time.time()
-    manifest = write_teacher_outputs(teacher, windows, work.path("transfer"), cfg.teacher.layer, fingerprint,
+    manifest = write_teacher_outputs(teacher, windows, work.path(name), cfg.teacher.layer, fingerprint,
                                      shard_size=cfg.transfer.shard_size, batch_size=cfg.transfer.batch_size,
                                      hidden_dtype=cfg.transfer.hidden_dtype, progress=cfg.progress,
                                      overwrite=cfg.overwrite)
-    work.mark_done("transfer", fingerprint, {
-        "sentences": len(sentences), "windows": len(windows), "seconds_this_run": time.time() - start,
-        "bytes": manifest["total_bytes"], "bytes_per_1000": 1000 * manifest["total_bytes"] / len(windows)})
+    info = {"sentences": len(sentences), "windows": len(windows), "seconds_this_run": time.time() - start,
+            "bytes": manifest["total_bytes"], "bytes_per_1000": 1000 * manifest["total_bytes"] / len(windows)}
+    return info, windows
+
+
+def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict):
+    """Teacher outputs over the transfer set (train first, then unlabeled text) and over dev.
+
+    The caches resume shard by shard themselves, so they are written in place, not renamed."""
+    fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cfg.transfer)}
+    if work.is_done("transfer", fingerprint):
+        return fingerprint
+    from xtremedistil_tf.teachers.model import load_teacher
+
+    splits = load_data(work)
+    teacher, tokenizer = load_teacher(work.path("teacher") / "model")
+    train = splits["train"]
+    info, windows = _write_cache(work, cfg, "transfer", train + splits["transfer"], fingerprint, teacher, tokenizer)
+    # Windows follow sentence order, so the labeled ones come first.
+    info["train_windows"] = int((windows.sentence_index < len(train)).sum())
+    info["dev"] = _write_cache(work, cfg, "transfer_dev", splits["dev"], fingerprint, teacher, tokenizer)[0]
+    work.mark_done("transfer", fingerprint, info)
+    return fingerprint
+
+
+def step_student(work: WorkDir, cfg: RunConfig, upstream: dict):
+    sc = cfg.student
+    fingerprint = {**upstream, "student": asdict(sc)}
+
+    def build(tmp: Path) -> dict:
+        from xtremedistil_tf.teachers.model import load_teacher
+        from xtremedistil_tf.training.student_run import distil, evaluate_student, save_student
+
+        splits = load_data(work)
+        teacher, tokenizer = load_teacher(work.path("teacher") / "model")
+        transfer = work.step_info("transfer")
+        start = time.time()
+        student, history = distil(sc, teacher, tokenizer, work.path("transfer"), work.path("transfer_dev"),
+                                  transfer["train_windows"], splits["dev"], cfg.data.scheme)
+        seconds = time.time() - start
+        scores = {split: evaluate_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
+                                          splits[split], cfg.data.scheme)
+                  for split in ("dev", "test") if splits[split]}
+        save_student(tmp, student, sc, tokenizer, teacher.tag_vocab, cfg.data.scheme, teacher.max_seq_length)
+        return {"history": history.to_dict(), "train_seconds": seconds, "scores": scores,
+                "parameters": int(student.count_params())}
+
+    work.run_step("student", fingerprint, build)
     return fingerprint
 
 
@@ -166,6 +207,9 @@ def step_metrics(work: WorkDir) -> dict:
     metrics = {"teacher": {"scores": teacher["scores"], "parameters": teacher["parameters"],
                            "train_seconds": teacher["train_seconds"], "best_epoch": teacher["best_epoch"]},
                "data": work.step_info("data"), "transfer": work.step_info("transfer")}
+    if (work.path("student") / "step.json").exists():
+        student = work.step_info("student")
+        metrics["student"] = {k: student[k] for k in ("scores", "parameters", "train_seconds")}
     atomic_write_json(work.path("metrics.json"), metrics)
     return metrics
 
@@ -175,7 +219,9 @@ def run(cfg: RunConfig) -> dict:
     atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
     fingerprint = step_data(work, cfg)
     fingerprint = step_teacher(work, cfg, fingerprint)
-    step_transfer(work, cfg, fingerprint)
+    fingerprint = step_transfer(work, cfg, fingerprint)
+    if cfg.student is not None:
+        step_student(work, cfg, fingerprint)
     return step_metrics(work)
 
 
@@ -183,15 +229,20 @@ def dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
+def _score_rows(model: str, scores: dict) -> List[tuple]:
+    rows = []
+    for split, s in scores.items():
+        several = len(s.get("languages", {})) > 1
+        extra = f" (mean over languages {s['f1_mean']:.4f} +- {s['f1_std']:.4f})" if several else ""
+        rows.append((f"{model} {split} F1 / P / R",
+                     f"{s['all']['f1']:.4f} / {s['all']['precision']:.4f} / {s['all']['recall']:.4f}{extra}"))
+    return rows
+
+
 def summary_table(work_dir, metrics: dict) -> str:
     """A plain-text table of what the run produced: scores, sizes, paths."""
     work = Path(work_dir)
-    rows: List[tuple] = []
-    for split, s in metrics["teacher"]["scores"].items():
-        several = len(s.get("languages", {})) > 1
-        extra = f" (mean over languages {s['f1_mean']:.4f} +- {s['f1_std']:.4f})" if several else ""
-        rows.append((f"teacher {split} F1 / P / R",
-                     f"{s['all']['f1']:.4f} / {s['all']['precision']:.4f} / {s['all']['recall']:.4f}{extra}"))
+    rows: List[tuple] = _score_rows("teacher", metrics["teacher"]["scores"])
     rows.append(("teacher parameters", f"{metrics['teacher']['parameters']:,}"))
     rows.append(("teacher fine-tuning", f"{metrics['teacher']['train_seconds']:.0f} s, best epoch "
                                         f"{metrics['teacher']['best_epoch']}"))
@@ -201,6 +252,16 @@ def summary_table(work_dir, metrics: dict) -> str:
     rows.append(("teacher outputs", f"{t['sentences']:,} sentences, {t['windows']:,} windows, "
                                     f"{t['bytes'] / 2**20:.1f} MiB ({t['bytes_per_1000'] / 2**20:.2f} MiB per "
                                     f"1,000 windows{rate})  {work / 'transfer'}"))
+    if "student" in metrics:
+        student = metrics["student"]
+        rows += _score_rows("student", student["scores"])
+        teacher_test = metrics["teacher"]["scores"].get("test", {}).get("all", {}).get("f1")
+        if teacher_test:
+            rows.append(("student / teacher test F1", f"{student['scores']['test']['all']['f1'] / teacher_test:.1%}"))
+        rows.append(("student parameters", f"{student['parameters']:,} "
+                                           f"({metrics['teacher']['parameters'] / student['parameters']:.1f}x fewer)"))
+        rows.append(("student distillation", f"{student['train_seconds']:.0f} s"))
+        rows.append(("student size on disk", f"{dir_size(work / 'student') / 2**20:.1f} MiB  {work / 'student'}"))
     rows.append(("metrics", str(work / "metrics.json")))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

@@ -59,6 +59,28 @@ flags.DEFINE_integer("shard_size", 1000, "Windows per teacher-output shard.")
 flags.DEFINE_integer("transfer_batch_size", 64, "Batch size when computing teacher outputs.")
 flags.DEFINE_enum("hidden_dtype", "float16", ["float16", "float32"], "Stored dtype of teacher hidden states.")
 
+# Student (XtremeDistil)
+flags.DEFINE_bool("student", True, "Distil a student after caching the teacher outputs.")
+flags.DEFINE_enum("student_architecture", "bilstm", ["bilstm", "transformer"], "Student body.")
+flags.DEFINE_integer("student_embedding_dim", 300, "Student word-embedding size E (paper 300; its 35x configuration 50).")
+flags.DEFINE_integer("student_hidden", 600, "BiLSTM units per direction H (paper 600; its 35x configuration 200).")
+flags.DEFINE_integer("student_depth", 3, "Transformer student: blocks.")
+flags.DEFINE_integer("student_heads", 4, "Transformer student: attention heads.")
+flags.DEFINE_integer("student_ffn", 960, "Transformer student: feed-forward size.")
+flags.DEFINE_enum("student_embeddings", "svd", ["svd", "random", "teacher"],
+                  "Word-embedding init: SVD of the teacher's embeddings to E dims, random, or the teacher's, frozen.")
+flags.DEFINE_float("student_dropout", 0.2, "Student dropout.")
+flags.DEFINE_enum("strategy", "D4.2", ["D0", "D0-S", "D1", "D2", "D3.1", "D3.2", "D4.1", "D4.2"],
+                  "Distillation strategy (XtremeDistil Table 3).")
+flags.DEFINE_integer("epochs_per_layer", 10, "Epochs per unfreezing step (best epoch by dev loss is kept).")
+flags.DEFINE_integer("student_patience", 3, "Stop a step after this many epochs without a lower dev loss.")
+flags.DEFINE_integer("student_batch_size", 512, "Student batch size (paper 512).")
+flags.DEFINE_float("student_learning_rate", 1e-3, "Adam peak rate, cosine-decayed to 1e-8 in each step.")
+flags.DEFINE_enum("representation_loss", "mse", ["mse", "kld"], "Representation loss (docs/students.md says why MSE is the default).")
+flags.DEFINE_float("alpha", 1.0, "Weight of the label cross-entropy in joint strategies.")
+flags.DEFINE_float("beta", 1.0, "Weight of the representation loss in joint strategies.")
+flags.DEFINE_float("gamma", 1.0, "Weight of the logit loss in joint strategies.")
+
 # Run
 flags.DEFINE_integer("seed", 42, "Seed for splits, initialisation and shuffling.")
 flags.DEFINE_bool("overwrite", False, "Replace artifacts in --work_dir made by another configuration.")
@@ -68,6 +90,7 @@ define_common_flags()
 
 def config_from_flags():
     from xtremedistil_tf.pipeline import RunConfig, TeacherConfig, TransferConfig
+    from xtremedistil_tf.training.student_run import StudentConfig
 
     if not FLAGS.work_dir:
         raise ConfigError("--work_dir is required")
@@ -92,7 +115,15 @@ def config_from_flags():
                             layer=FLAGS.teacher_layer, finetune=finetune)
     transfer = TransferConfig(shard_size=FLAGS.shard_size, batch_size=FLAGS.transfer_batch_size,
                               hidden_dtype=FLAGS.hidden_dtype)
-    return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer,
+    student = StudentConfig(
+        architecture=FLAGS.student_architecture, embedding_dim=FLAGS.student_embedding_dim,
+        hidden=FLAGS.student_hidden, depth=FLAGS.student_depth, heads=FLAGS.student_heads, ffn=FLAGS.student_ffn,
+        embeddings=FLAGS.student_embeddings, dropout=FLAGS.student_dropout, strategy=FLAGS.strategy,
+        epochs_per_layer=FLAGS.epochs_per_layer, patience=FLAGS.student_patience,
+        batch_size=FLAGS.student_batch_size, learning_rate=FLAGS.student_learning_rate,
+        representation_loss=FLAGS.representation_loss, alpha=FLAGS.alpha, beta=FLAGS.beta, gamma=FLAGS.gamma,
+        seed=FLAGS.seed) if FLAGS.student else None
+    return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer, student=student,
                      overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress)
 
 

@@ -1,0 +1,146 @@
+"""Build, distil, evaluate and save a student from a fine-tuned teacher and its cached outputs.
+
+Saved student layout (what `bin/export`, `bin/evaluate` and `load_student` read):
+    dir/model/        the Keras model (SavedModel); `tf.keras.models.load_model` after `import xtremedistil_tf`
+    dir/student.json  labels, piece tags, scheme, tokenizer casing, max_seq_length, architecture, decoder
+    dir/tokenizer/    the teacher's tokenizer (`save_pretrained`): the student reads the same pieces
+    dir/vocab.txt     its WordPiece vocabulary, for the in-graph tokenizer of the served model
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from xtremedistil_tf.data.alignment import TagVocab, decode, encode
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.evaluate import score_by_language
+from xtremedistil_tf.io import atomic_dir
+from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
+from xtremedistil_tf.teachers.cache import read_sharded
+from xtremedistil_tf.training.staged import DistilConfig, batched, make_dev_f1, predict_tags, train_student
+
+log = logging.getLogger(__name__)
+FORMAT_VERSION = 1
+
+
+@dataclass
+class StudentConfig:
+    architecture: str = "bilstm"     # bilstm | transformer
+    embedding_dim: int = 300         # E (paper: 300; the 35x configuration uses 50)
+    hidden: int = 600                # BiLSTM units per direction H (paper: 600; 35x: 200)
+    depth: int = 3                   # transformer blocks
+    heads: int = 4
+    ffn: int = 960
+    embeddings: str = "svd"          # svd (of the teacher's word embeddings) | random | teacher (frozen)
+    dropout: float = 0.2
+    strategy: str = "D4.2"
+    epochs_per_layer: int = 10
+    patience: int = 3
+    batch_size: int = 512            # paper: 512
+    learning_rate: float = 1e-3
+    representation_loss: str = "mse"
+    alpha: float = 1.0
+    beta: float = 1.0
+    gamma: float = 1.0
+    seed: int = 42
+
+
+def student_embeddings(cfg: StudentConfig, teacher_matrix: np.ndarray):
+    """(initial matrix or None, frozen) for the chosen embedding initialisation."""
+    if cfg.embeddings == "random":
+        return None, False
+    if cfg.embeddings == "svd":
+        return svd_reduce(teacher_matrix, cfg.embedding_dim), False
+    if cfg.embeddings == "teacher":
+        return teacher_matrix, True
+    raise ConfigError(f"--student_embeddings={cfg.embeddings!r}; expected svd, random or teacher")
+
+
+def build_student(cfg: StudentConfig, teacher) -> tf.keras.Model:
+    """A student for `teacher`'s pieces and tags, its representation head sized to the teacher."""
+    matrix = teacher.word_embeddings()
+    embeddings, frozen = student_embeddings(cfg, matrix)
+    dim = matrix.shape[1] if cfg.embeddings == "teacher" else cfg.embedding_dim
+    common = dict(vocab_size=matrix.shape[0], num_tags=len(teacher.tag_vocab), embedding_dim=dim,
+                  teacher_hidden=teacher.hidden_size, dropout=cfg.dropout, embeddings=embeddings,
+                  freeze_embeddings=frozen)
+    if cfg.architecture == "bilstm":
+        return build_bilstm_student(hidden=cfg.hidden, **common)
+    if cfg.architecture == "transformer":
+        return build_transformer_student(depth=cfg.depth, heads=cfg.heads, ffn=cfg.ffn,
+                                         max_length=teacher.max_seq_length, **common)
+    raise ConfigError(f"--student_architecture={cfg.architecture!r}; expected bilstm or transformer")
+
+
+def distil_config(cfg: StudentConfig, tag_vocab: TagVocab) -> DistilConfig:
+    return DistilConfig(pad_id=tag_vocab.pad_id, epochs_per_layer=cfg.epochs_per_layer, patience=cfg.patience,
+                        learning_rate=cfg.learning_rate, alpha=cfg.alpha, beta=cfg.beta, gamma=cfg.gamma,
+                        representation_loss=cfg.representation_loss)
+
+
+def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
+           dev: Sequence[Sentence], scheme: str):
+    """Distil a new student with the configured strategy; returns (student, history).
+
+    The labeled train windows are the first `train_windows` examples of the transfer cache (the
+    pipeline caches train before any unlabeled text); the dev cache carries teacher outputs so
+    every step can be selected by its stage's loss on dev.
+    """
+    tf.keras.utils.set_random_seed(cfg.seed)
+    student = build_student(cfg, teacher)
+    transfer = read_sharded(transfer_dir)
+    train_ds = batched(transfer.take(train_windows), cfg.batch_size, shuffle_buffer=train_windows, seed=cfg.seed)
+    transfer_ds = batched(transfer, cfg.batch_size, shuffle_buffer=min(50_000, 10 * cfg.batch_size), seed=cfg.seed)
+    dev_ds = batched(read_sharded(dev_cache_dir), cfg.batch_size)
+    dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    evaluate_fn = make_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
+    history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
+                            distil_config(cfg, teacher.tag_vocab), evaluate_fn=evaluate_fn)
+    return student, history
+
+
+def evaluate_student(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int,
+                     sentences: Sequence[Sentence], scheme: str) -> Dict:
+    windows = encode(sentences, tokenizer, tag_vocab, max_seq_length)
+    predicted = decode(windows, predict_tags(student, windows), tag_vocab)
+    return score_by_language([s.tags for s in sentences], predicted, [s.lang for s in sentences], scheme)
+
+
+def lowercases(tokenizer) -> bool:
+    """Whether the tokenizer lower-cases its input (asked of the tokenizer, not its config)."""
+    return tokenizer.tokenize("A") == tokenizer.tokenize("a")
+
+
+def save_student(directory, student: tf.keras.Model, cfg: StudentConfig, tokenizer, tag_vocab: TagVocab,
+                 scheme: str, max_seq_length: int, extra: Optional[dict] = None) -> None:
+    with atomic_dir(directory) as tmp:
+        student.save(str(tmp / "model"))
+        tokenizer.save_pretrained(str(tmp / "tokenizer"))
+        # A plain vocab.txt too: the in-graph WordPiece of the served model reads it.
+        tokenizer.save_vocabulary(str(tmp))
+        meta = {"format_version": FORMAT_VERSION, "labels": tag_vocab.labels, "tags": tag_vocab.tags,
+                "scheme": scheme, "lower_case": lowercases(tokenizer), "max_seq_length": max_seq_length,
+                "architecture": cfg.architecture, "decoder": "softmax", "config": asdict(cfg), **(extra or {})}
+        (tmp / "student.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+
+
+def load_student(directory):
+    """(Keras model, metadata dict, tokenizer) of a student written by `save_student`."""
+    from xtremedistil_tf.teachers.model import load_tokenizer
+
+    directory = Path(directory)
+    meta_path = directory / "student.json"
+    if not meta_path.exists():
+        raise ConfigError(f"{directory} is not a saved student (no student.json)")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ConfigError(f"{meta_path}: format_version {meta.get('format_version')} is not {FORMAT_VERSION}")
+    model = tf.keras.models.load_model(str(directory / "model"), compile=False)
+    return model, meta, load_tokenizer(str(directory / "tokenizer"))

@@ -175,7 +175,8 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict):
     return fingerprint
 
 
-def step_student(work: WorkDir, cfg: RunConfig, upstream: dict):
+def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "student"):
+    """Distil `cfg.student` into step dir `name` (bin/ablate puts one per strategy under ablate/)."""
     sc = cfg.student
     fingerprint = {**upstream, "student": asdict(sc)}
 
@@ -197,7 +198,7 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict):
         return {"history": history.to_dict(), "train_seconds": seconds, "scores": scores,
                 "parameters": int(student.count_params())}
 
-    work.run_step("student", fingerprint, build)
+    work.run_step(name, fingerprint, build)
     return fingerprint
 
 

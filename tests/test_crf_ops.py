@@ -107,12 +107,13 @@ CONFIGS = [  # (num_tags, num_steps, forbidden)
 ]
 
 
+# k <= ops._ROUNDS_MAX_K selects by rounds of argmax, larger k by top_k: test both.
+@pytest.mark.parametrize("k", [3, 20])
 @pytest.mark.parametrize("num_tags,num_steps,forbidden", CONFIGS)
-def test_kbest_and_log_norm_match_enumeration(num_tags, num_steps, forbidden):
+def test_kbest_and_log_norm_match_enumeration(num_tags, num_steps, forbidden, k):
     pots, trans, lengths = _random_crf(num_tags, num_steps, 4, seed=num_tags * 10 + num_steps)
     if forbidden:
         pots, trans = _constrained(pots, trans, lengths)
-    k = 20
     tags, scores, log_probs, valid = (x.numpy() for x in ops.crf_kbest_decode(pots, trans, lengths, k))
     log_norm = ops.crf_log_norm(pots, lengths, trans).numpy()
     best_tags, best_score = (x.numpy() for x in ops.crf_decode(pots, trans, lengths))
@@ -141,19 +142,35 @@ def test_kbest_and_log_norm_match_enumeration(num_tags, num_steps, forbidden):
         np.testing.assert_allclose(best_score[b], allowed[0][0], rtol=RTOL, atol=ATOL)
 
 
-def test_kbest_with_fewer_labelings_than_k():
+@pytest.mark.parametrize("k", [4, 15])
+def test_kbest_with_fewer_labelings_than_k(k):
     # N=2, T=3: exactly 8 labelings for the full sequence, 2 for length 1, 1 (empty) for length 0.
     pots, trans, lengths = _random_crf(2, 3, 3, seed=7, lengths=[3, 1, 0])
-    tags, scores, log_probs, valid = (x.numpy() for x in ops.crf_kbest_decode(pots, trans, lengths, 15))
-    assert valid.sum(axis=1).tolist() == [8, 2, 1]
-    # All labelings are listed, so their probabilities add up to 1.
-    np.testing.assert_allclose(np.exp(log_probs[0, :8]).sum(), 1.0, rtol=1e-5)
+    tags, scores, log_probs, valid = (x.numpy() for x in ops.crf_kbest_decode(pots, trans, lengths, k))
+    assert valid.sum(axis=1).tolist() == [min(k, 8), 2, 1]
+    paths = _paths(pots[0], trans, 3)
+    assert [tuple(t) for t in tags[0, : min(k, 8)]] == [p for _, p in paths[:k]]
+    # All labelings of the shorter ones are listed, so their probabilities add up to 1.
     np.testing.assert_allclose(np.exp(log_probs[1, :2]).sum(), 1.0, rtol=1e-5)
-    assert len({tuple(t) for t in tags[0, :8]}) == 8
+    if k >= 8:
+        np.testing.assert_allclose(np.exp(log_probs[0, :8]).sum(), 1.0, rtol=1e-5)
     np.testing.assert_array_equal(scores[2, 0], 0.0)
     np.testing.assert_array_equal(log_probs[2, 0], 0.0)
     assert not np.isnan(scores).any() and not np.isnan(log_probs).any()
     assert np.isneginf(scores[~valid]).all()
+
+
+@pytest.mark.parametrize("k", [3, 7])
+def test_kbest_lists_each_path_once(k):
+    # At t=1 each tag has only N=2 finite candidates (rank 0 of each previous tag),
+    # fewer than k: the empty slots must stay -inf, not repeat the best candidate,
+    # which here would put (0, 0) twice ahead of (0, 1).
+    pots = np.array([[[10.0, 0.0], [0.0, -1.0]]], np.float32)
+    tags, scores, _, valid = (x.numpy() for x in ops.crf_kbest_decode(pots, np.zeros([2, 2], np.float32), [2], k))
+    expected = [(0, 0), (0, 1), (1, 0), (1, 1)][:k]
+    assert [tuple(t) for t in tags[0, : len(expected)]] == expected
+    np.testing.assert_array_equal(scores[0, : len(expected)], [10.0, 9.0, 0.0, -1.0][:k])
+    assert valid[0].tolist() == [True] * len(expected) + [False] * (k - len(expected))
 
 
 def test_kbest_counts_only_allowed_labelings():

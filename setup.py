@@ -16,8 +16,9 @@ setup(
     packages=find_packages(include=["xtremedistil_tf", "xtremedistil_tf.*"]),
     python_requires=">=3.10",
     install_requires=REQUIREMENTS,
+    # The same commands as bin/*, for installs without a checkout.
     entry_points={"console_scripts": [
-        "xtremedistil-train=xtremedistil_tf.cli.train:run",
-        "xtremedistil-benchmark=xtremedistil_tf.cli.benchmark:run",
+        f"xtremedistil-{name}=xtremedistil_tf.cli.{name}:run"
+        for name in ("train", "evaluate", "ablate", "export", "predict", "benchmark", "report")
     ]},
 )

@@ -15,7 +15,7 @@ from xtremedistil_tf.data.schemes import spans_to_tags, tags_to_spans
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.export.predictor import load_serving_fn, predict
 from xtremedistil_tf.export.serving import NerServing, decode_spans, export_student, tag_tables
-from xtremedistil_tf.export.student import StudentConfig, read_vocab, write_student_dir
+from xtremedistil_tf.export.student import StudentMeta, read_vocab, write_student_dir
 from xtremedistil_tf.students.models import build_bilstm_student, build_transformer_student
 
 TAG_VOCAB = TagVocab(TOY_LABELS)
@@ -52,7 +52,7 @@ def _trained_student(tokenizer):
 @pytest.fixture(scope="module")
 def student(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
     model = _trained_student(tiny_tokenizer)
-    directory = write_student_dir(model, tmp_path_factory.mktemp("student"), StudentConfig(TOY_LABELS),
+    directory = write_student_dir(model, tmp_path_factory.mktemp("student"), StudentMeta(TOY_LABELS),
                                   tiny_tokenizer_dir / "vocab.txt")
     return model, directory
 
@@ -160,7 +160,7 @@ def test_transformer_student_runs_in_windows(tiny_tokenizer, tiny_tokenizer_dir)
     tf.keras.utils.set_random_seed(1)
     model = build_transformer_student(tiny_tokenizer.vocab_size, len(TAG_VOCAB), embedding_dim=8, depth=1,
                                       heads=2, ffn=8, teacher_hidden=8, max_length=8, dropout=0.0)
-    config = StudentConfig(TOY_LABELS, architecture="transformer", max_seq_length=8)
+    config = StudentMeta(TOY_LABELS, architecture="transformer", max_seq_length=8)
     serving = NerServing(model, config, read_vocab(tiny_tokenizer_dir / "vocab.txt"))
     words = "john was in paris and johnson at berlin of mary".split()
     out = serving.serve(tf.constant([" ".join(words), "mary"]))
@@ -183,7 +183,7 @@ def test_graph_span_decoding_matches_tags_to_spans(scheme):
     """Valid and invalid (leniently read) tag sequences decode like schemes.tags_to_spans."""
     prefixes = {"IOB2": "BI", "BIOES": "BIES", "BMES": "BMES"}[scheme]
     labels = ["O"] + [f"{p}-{t}" for t in ("PER", "LOC") for p in prefixes]
-    config = StudentConfig(labels, scheme=scheme)
+    config = StudentMeta(labels, scheme=scheme)
     _, prefix_table, type_table, types = tag_tables(config)
     rng = np.random.default_rng(0)
     texts = [list(rng.integers(0, len(labels), size=n)) for n in (0, 1, 5, 9, 12)]
@@ -211,7 +211,7 @@ def test_crf_student_decodes_with_viterbi(tiny_tokenizer, tiny_tokenizer_dir):
     model = tf.keras.Model(base.inputs, {**base.output, "potentials": potentials})
     # Sticky transitions: Viterbi keeps one tag along the sequence where the argmax would not.
     crf.raw_transitions.assign(10.0 * np.eye(len(TAG_VOCAB), dtype=np.float32))
-    serving = NerServing(model, StudentConfig(TOY_LABELS, decoder="crf"), read_vocab(tiny_tokenizer_dir / "vocab.txt"))
+    serving = NerServing(model, StudentMeta(TOY_LABELS, decoder="crf"), read_vocab(tiny_tokenizer_dir / "vocab.txt"))
     ids = np.array([[2, 70, 45, 60, 3, 0], [2, 50, 3, 0, 0, 0]], np.int32)
     mask = (np.arange(6) < np.array([[5], [3]])).astype(np.int32)
     out = serving.ids(ids, mask)

@@ -73,11 +73,11 @@ def test_student_is_distilled_saved_and_reloads(finished_run):
     # A tiny D4.2 student of the toy task is well above chance and close to its teacher.
     assert metrics["student"]["scores"]["test"]["all"]["f1"] > 0.7
     model, meta, tokenizer = load_student(os.path.join(cfg.work_dir, "student"))
-    assert meta["tags"][-4:] == ["X", "[CLS]", "[SEP]", "[PAD]"] and meta["lower_case"] is True
+    assert meta.tags[-4:] == ["X", "[CLS]", "[SEP]", "[PAD]"] and meta.lower_case is True
     from xtremedistil_tf.data.alignment import TagVocab
     from xtremedistil_tf.training.student_run import evaluate_student
 
-    reloaded = evaluate_student(model, tokenizer, TagVocab(meta["labels"]), meta["max_seq_length"],
+    reloaded = evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length,
                                 pipeline.load_data(pipeline.WorkDir(cfg.work_dir))["test"], "IOB2")
     assert reloaded["all"]["f1"] == pytest.approx(metrics["student"]["scores"]["test"]["all"]["f1"])
 

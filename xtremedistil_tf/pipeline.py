@@ -189,12 +189,13 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
         transfer = work.step_info("transfer")
         start = time.time()
         student, history = distil(sc, teacher, tokenizer, work.path("transfer"), work.path("transfer_dev"),
-                                  transfer["train_windows"], splits["dev"], cfg.data.scheme)
+                                  transfer["train_windows"], splits["dev"], cfg.data.scheme, cfg.progress)
         seconds = time.time() - start
         scores = {split: evaluate_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
                                           splits[split], cfg.data.scheme)
                   for split in ("dev", "test") if splits[split]}
-        save_student(tmp, student, sc, tokenizer, teacher.tag_vocab, cfg.data.scheme, teacher.max_seq_length)
+        save_student(tmp, student, sc.architecture, tokenizer, teacher.tag_vocab, cfg.data.scheme,
+                     teacher.max_seq_length)
         return {"history": history.to_dict(), "train_seconds": seconds, "scores": scores,
                 "parameters": int(student.count_params())}
 

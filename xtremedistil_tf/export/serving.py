@@ -22,7 +22,7 @@ from xtremedistil_tf.crf import ops as crf_ops
 from xtremedistil_tf.data.alignment import PAD_TAG
 from xtremedistil_tf.data.schemes import split_tag
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.export.student import StudentConfig, load_student_dir
+from xtremedistil_tf.export.student import StudentMeta, load_student_dir
 from xtremedistil_tf.io import atomic_dir
 
 # Prefix codes of a word's tag for span decoding; I- and M- (BMES) are the same "inside".
@@ -36,7 +36,7 @@ IDS_SPECS = (tf.TensorSpec([None, None], tf.int32, name="input_ids"),
              tf.TensorSpec([None, None], tf.int32, name="attention_mask"))
 
 
-def tag_tables(config: StudentConfig):
+def tag_tables(config: StudentMeta):
     """Per tag id: its word label, prefix code and entity-type id (-1 for O), and the type names.
 
     Markers (X, [CLS], [SEP], [PAD]) predicted at a word's first piece read as "O", like
@@ -135,7 +135,7 @@ class _Untracked:
 class NerServing(tf.Module):
     """The student plus its tokenizer and decoding, with `serve` (strings) and `ids` (pieces)."""
 
-    def __init__(self, model: tf.keras.Model, config: StudentConfig, vocab: List[str]):
+    def __init__(self, model: tf.keras.Model, config: StudentMeta, vocab: List[str]):
         super().__init__(name="ner_serving")
         self._keras = _Untracked(model=model)
         self.student_variables = list(model.variables)

@@ -28,7 +28,7 @@ DECODERS = ("softmax", "crf")
 
 
 @dataclass
-class StudentConfig:
+class StudentMeta:
     """student.json. `tags` are TagVocab(labels).tags: the ids the model's outputs index."""
 
     labels: List[str]
@@ -58,12 +58,12 @@ class StudentConfig:
         self.scheme = normalize_scheme(self.scheme)
 
 
-def read_config(student_dir) -> StudentConfig:
+def read_config(student_dir) -> StudentMeta:
     path = Path(student_dir) / "student.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: {student_dir} is not a saved student directory")
     try:
-        return StudentConfig(**read_json(path))
+        return StudentMeta(**read_json(path))
     except TypeError as e:
         raise ConfigError(f"{path}: {e}") from None
 
@@ -80,7 +80,7 @@ def read_vocab(path) -> List[str]:
 
 
 def load_student_dir(student_dir):
-    """(Keras model, StudentConfig, vocab list) of a saved student directory."""
+    """(Keras model, StudentMeta, vocab list) of a saved student directory."""
     student_dir = Path(student_dir)
     config = read_config(student_dir)
     vocab = read_vocab(student_dir / "vocab.txt")
@@ -88,7 +88,7 @@ def load_student_dir(student_dir):
     return model, config, vocab
 
 
-def write_student_dir(model: tf.keras.Model, student_dir, config: StudentConfig, vocab_file) -> Path:
+def write_student_dir(model: tf.keras.Model, student_dir, config: StudentMeta, vocab_file) -> Path:
     """Writes the layout above (the model, student.json, a copy of `vocab_file`); returns the dir."""
     student_dir = Path(student_dir)
     student_dir.mkdir(parents=True, exist_ok=True)

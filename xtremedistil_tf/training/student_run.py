@@ -3,16 +3,16 @@
 Saved student layout (what `bin/export`, `bin/evaluate` and `load_student` read):
     dir/model/        the Keras model (SavedModel); `tf.keras.models.load_model` after `import xtremedistil_tf`
     dir/student.json  labels, piece tags, scheme, tokenizer casing, max_seq_length, architecture, decoder
+                      (`xtremedistil_tf.export.student.StudentMeta`)
     dir/tokenizer/    the teacher's tokenizer (`save_pretrained`): the student reads the same pieces
     dir/vocab.txt     its WordPiece vocabulary, for the in-graph tokenizer of the served model
 """
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -21,13 +21,13 @@ from xtremedistil_tf.data.alignment import TagVocab, decode, encode
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import score_by_language
+from xtremedistil_tf.export.student import StudentMeta, load_student_dir, write_student_dir
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
 from xtremedistil_tf.teachers.cache import read_sharded
 from xtremedistil_tf.training.staged import DistilConfig, batched, make_dev_f1, predict_tags, train_student
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 1
 
 
 @dataclass
@@ -79,14 +79,15 @@ def build_student(cfg: StudentConfig, teacher) -> tf.keras.Model:
     raise ConfigError(f"--student_architecture={cfg.architecture!r}; expected bilstm or transformer")
 
 
-def distil_config(cfg: StudentConfig, tag_vocab: TagVocab) -> DistilConfig:
+def distil_config(cfg: StudentConfig, tag_vocab: TagVocab, progress: bool = False) -> DistilConfig:
+    # Keras' one-line-per-epoch log (verbose=2) is the progress report of the long student steps.
     return DistilConfig(pad_id=tag_vocab.pad_id, epochs_per_layer=cfg.epochs_per_layer, patience=cfg.patience,
                         learning_rate=cfg.learning_rate, alpha=cfg.alpha, beta=cfg.beta, gamma=cfg.gamma,
-                        representation_loss=cfg.representation_loss)
+                        representation_loss=cfg.representation_loss, verbose=2 if progress else 0)
 
 
 def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
-           dev: Sequence[Sentence], scheme: str):
+           dev: Sequence[Sentence], scheme: str, progress: bool = False):
     """Distil a new student with the configured strategy; returns (student, history).
 
     The labeled train windows are the first `train_windows` examples of the transfer cache (the
@@ -102,7 +103,7 @@ def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, 
     dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     evaluate_fn = make_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
-                            distil_config(cfg, teacher.tag_vocab), evaluate_fn=evaluate_fn)
+                            distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn)
     return student, history
 
 
@@ -118,29 +119,20 @@ def lowercases(tokenizer) -> bool:
     return tokenizer.tokenize("A") == tokenizer.tokenize("a")
 
 
-def save_student(directory, student: tf.keras.Model, cfg: StudentConfig, tokenizer, tag_vocab: TagVocab,
-                 scheme: str, max_seq_length: int, extra: Optional[dict] = None) -> None:
+def save_student(directory, student: tf.keras.Model, architecture: str, tokenizer, tag_vocab: TagVocab,
+                 scheme: str, max_seq_length: int, decoder: str = "softmax") -> None:
+    """Write the layout above atomically (export/student.py defines student.json)."""
     with atomic_dir(directory) as tmp:
-        student.save(str(tmp / "model"))
         tokenizer.save_pretrained(str(tmp / "tokenizer"))
-        # A plain vocab.txt too: the in-graph WordPiece of the served model reads it.
-        tokenizer.save_vocabulary(str(tmp))
-        meta = {"format_version": FORMAT_VERSION, "labels": tag_vocab.labels, "tags": tag_vocab.tags,
-                "scheme": scheme, "lower_case": lowercases(tokenizer), "max_seq_length": max_seq_length,
-                "architecture": cfg.architecture, "decoder": "softmax", "config": asdict(cfg), **(extra or {})}
-        (tmp / "student.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        vocab = tokenizer.save_vocabulary(str(tmp / "tokenizer"))[0]
+        meta = StudentMeta(labels=tag_vocab.labels, scheme=scheme, lower_case=lowercases(tokenizer),
+                           max_seq_length=max_seq_length, architecture=architecture, decoder=decoder)
+        write_student_dir(student, tmp, meta, vocab)
 
 
 def load_student(directory):
-    """(Keras model, metadata dict, tokenizer) of a student written by `save_student`."""
+    """(Keras model, StudentMeta, tokenizer) of a student written by `save_student`."""
     from xtremedistil_tf.teachers.model import load_tokenizer
 
-    directory = Path(directory)
-    meta_path = directory / "student.json"
-    if not meta_path.exists():
-        raise ConfigError(f"{directory} is not a saved student (no student.json)")
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ConfigError(f"{meta_path}: format_version {meta.get('format_version')} is not {FORMAT_VERSION}")
-    model = tf.keras.models.load_model(str(directory / "model"), compile=False)
-    return model, meta, load_tokenizer(str(directory / "tokenizer"))
+    model, meta, _ = load_student_dir(directory)
+    return model, meta, load_tokenizer(str(Path(directory) / "tokenizer"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from xtremedistil_tf.data.demo import holdout_split, read_demo, split_train_dev_test
 from xtremedistil_tf.data.readers import read_dataset, read_unlabeled, read_wikiann_dirs

@@ -36,7 +36,7 @@ from xtremedistil_tf.data.alignment import CLS_TAG, SEP_TAG, TagVocab
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
-from xtremedistil_tf.teachers.model import FORMAT_VERSION, TokenTeacher, load_encoder, load_tokenizer
+from xtremedistil_tf.teachers.model import TokenTeacher, load_encoder, load_tokenizer
 from xtremedistil_tf.teachers.surrogates import make_surrogate_fn
 
 HEAD_TYPE = "crf"
@@ -137,6 +137,15 @@ class CRFTokenTeacher(TokenTeacher):
         Pass `self.transitions.numpy()` as transitions."""
         return make_surrogate_fn(k, self.start_allowed, self.end_allowed)
 
+    @classmethod
+    def from_meta(cls, encoder, meta: dict) -> "CRFTokenTeacher":
+        return cls(encoder, TagVocab(meta["labels"]), meta["scheme"], meta["max_seq_length"],
+                   meta["dropout"], meta["embedding_dropout"])
+
+    def load_head(self, directory) -> None:
+        super().load_head(directory)
+        self.crf.raw_transitions.assign(np.load(Path(directory) / "crf.npz")["transitions"])
+
     def save(self, directory, tokenizer) -> None:
         """TokenTeacher's layout plus crf.npz (raw transitions) and head/scheme/embedding_dropout
         in teacher.json; written to a temporary dir and renamed, like the base layout."""
@@ -156,28 +165,6 @@ def build_crf_teacher(name_or_path: str, labels: Sequence[str], scheme: str, max
     teacher = CRFTokenTeacher(encoder, TagVocab(labels), scheme, max_seq_length, dropout, embedding_dropout)
     teacher.build_for_length()
     return teacher, load_tokenizer(name_or_path)
-
-
-def load_crf_teacher(directory):
-    """Reload a teacher written by `CRFTokenTeacher.save`; returns (teacher, tokenizer)."""
-    from transformers import TFAutoModel
-
-    directory = Path(directory)
-    meta_path = directory / "teacher.json"
-    if not meta_path.exists():
-        raise ConfigError(f"{directory} is not a saved teacher (no teacher.json)")
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if meta.get("format_version") != FORMAT_VERSION or meta.get("head") != HEAD_TYPE:
-        raise ConfigError(f"{meta_path}: not a CRF teacher of format {FORMAT_VERSION} "
-                          f"(head={meta.get('head')!r}, format_version={meta.get('format_version')})")
-    encoder = TFAutoModel.from_pretrained(str(directory / "encoder"))
-    teacher = CRFTokenTeacher(encoder, TagVocab(meta["labels"]), meta["scheme"], meta["max_seq_length"],
-                              meta["dropout"], meta["embedding_dropout"])
-    teacher.build_for_length()
-    head = np.load(directory / "head.npz")
-    teacher.classifier.set_weights([head["kernel"], head["bias"]])
-    teacher.crf.raw_transitions.assign(np.load(directory / "crf.npz")["transitions"])
-    return teacher, load_tokenizer(str(directory / "encoder"))
 
 
 def crf_finetune_config(**overrides) -> FinetuneConfig:

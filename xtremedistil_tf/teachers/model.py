@@ -97,6 +97,16 @@ class TokenTeacher(tf.keras.Model):
         """The encoder's input word-embedding matrix [vocab, hidden] (students reuse or SVD-reduce it)."""
         return self.encoder.get_input_embeddings().weights[0].numpy()
 
+    @classmethod
+    def from_meta(cls, encoder, meta: dict) -> "TokenTeacher":
+        """A teacher around `encoder` with the settings saved in teacher.json."""
+        return cls(encoder, TagVocab(meta["labels"]), meta["max_seq_length"], meta["dropout"])
+
+    def load_head(self, directory) -> None:
+        """Restore the head's weights written by `save`."""
+        head = np.load(Path(directory) / "head.npz")
+        self.classifier.set_weights([head["kernel"], head["bias"]])
+
     def save(self, directory, tokenizer) -> None:  # noqa: D102  (Keras' save is not used for teachers)
         with atomic_dir(directory) as tmp:
             # safetensors: the h5 format keys weights by scoped names, which differ between a
@@ -165,25 +175,23 @@ def build_teacher(name_or_path: str, labels: Sequence[str], max_seq_length: int 
 
 
 def load_teacher(directory):
-    """Reload a teacher written by `TokenTeacher.save` (or the CRF teacher's); returns (teacher, tokenizer)."""
+    """Reload a teacher written by `TokenTeacher.save` or `CRFTokenTeacher.save` (teacher.json says
+    which); returns (teacher, tokenizer)."""
+    from transformers import TFAutoModel
+
     directory = Path(directory)
     meta_path = directory / "teacher.json"
     if not meta_path.exists():
         raise ConfigError(f"{directory} is not a saved teacher (no teacher.json)")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if meta.get("head") == "crf":
-        from xtremedistil_tf.teachers.crf_head import load_crf_teacher
-
-        return load_crf_teacher(directory)
     if meta.get("format_version") != FORMAT_VERSION:
         raise ConfigError(f"{meta_path}: format_version {meta.get('format_version')} is not {FORMAT_VERSION}")
-    from transformers import TFAutoModel
-
-    encoder = TFAutoModel.from_pretrained(str(directory / "encoder"))
-    teacher = TokenTeacher(encoder, TagVocab(meta["labels"]), meta["max_seq_length"], meta["dropout"])
+    cls = TokenTeacher
+    if meta.get("head") == "crf":
+        from xtremedistil_tf.teachers.crf_head import CRFTokenTeacher as cls
+    teacher = cls.from_meta(TFAutoModel.from_pretrained(str(directory / "encoder")), meta)
     teacher.build_for_length()
-    head = np.load(directory / "head.npz")
-    teacher.classifier.set_weights([head["kernel"], head["bias"]])
+    teacher.load_head(directory)
     return teacher, load_tokenizer(str(directory / "encoder"))
 
 

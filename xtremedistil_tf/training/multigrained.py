@@ -1,0 +1,350 @@
+"""Multi-grained distillation of a CRF teacher into a CRF student (Zhou et al., NAACL 2021).
+
+One training stream of per-example dicts (`input_ids`, `attention_mask` [T] and the targets the
+enabled losses need):
+- the labeled windows alone (`label_ids` [T]): the vanilla BiLSTM+CRF with losses=("hard",);
+- the teacher-output cache of `teachers/multigrained_outputs.py` (`label_ids`, `logits` [T, N],
+  `kbest_tags` [K, T], `kbest_probs` [K], `kbest_valid` [K], `marginals` [T, N]) over the labeled
+  windows, plus unlabeled ones for DA (their `label_ids` are [PAD] tags).
+
+Losses (`losses/sequence.py`), by name:
+    hard       L_hard (Eq. 7): CRF NLL of the gold tags of labeled windows and of the teacher's
+               top-1 path of unlabeled ones (the paper's "Top-1 sequence as hard label"); without
+               surrogates in the stream, unlabeled windows are skipped
+    seq_ce     L_Seq-ce (Eq. 4-5), k-best CE with the residual term
+    seq_fuzzy  L_Seq-fuzzy (Eq. 6)
+    token_em   L_Token-em (Eq. 10 on the emissions)
+    token_pos  L_Token-pos (Eq. 10 on the CRF marginals)
+combined by `layers.uncertainty.loss_weighting(config.weighting, n)` (Eq. 9), whose lambdas are
+trained with the student by the same optimizer. Early stopping on dev F1 (Viterbi, `make_crf_dev_f1`)
+or, without an evaluate_fn, on the dev NLL of the gold tags; the best epoch's weights (student and
+lambdas) are restored.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from xtremedistil_tf.crf import ops
+from xtremedistil_tf.data.alignment import TagVocab, Windows, decode
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.evaluate import entity_scores
+from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS, loss_weighting
+from xtremedistil_tf.losses import sequence
+from xtremedistil_tf.teachers.multigrained_outputs import check_kbest
+
+log = logging.getLogger(__name__)
+
+LOSSES = ("hard", "seq_ce", "seq_fuzzy", "token_em", "token_pos")
+INPUT_KEYS = ("input_ids", "attention_mask")
+# Targets each loss reads from the stream (hard reads kbest_tags too when the stream has them).
+LOSS_KEYS = {"hard": ("label_ids",), "seq_ce": ("kbest_tags", "kbest_probs", "kbest_valid"),
+             "seq_fuzzy": ("kbest_tags", "kbest_probs", "kbest_valid"), "token_em": ("logits",),
+             "token_pos": ("marginals",)}
+# The time axis of each key of a batch, for trimming the padding no row of a batch uses.
+TIME_AXIS = {"input_ids": 1, "attention_mask": 1, "label_ids": 1, "logits": 1, "marginals": 1, "kbest_tags": 2}
+
+EvaluateFn = Callable[[tf.keras.Model], float]
+
+
+@dataclass
+class MultiGrainedConfig:
+    """Settings of a multi-grained run (paper grid, Table 6: batch {16..128}, lr {1e-3, 5e-4})."""
+
+    losses: Tuple[str, ...] = ("hard", "seq_ce")
+    weighting: str = "uncertainty"   # uncertainty | equal
+    kbest: int = 5                   # K of the k-best surrogates used (<= the cache's K)
+    epochs: int = 30
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    patience: Optional[int] = 5      # epochs without a better dev score; None: never stop early
+    seed: int = 42
+    clipnorm: Optional[float] = 5.0  # global gradient norm clip (LSTMs on a CRF NLL spike early)
+    shuffle_buffer: int = 50_000
+    # Tracing the step (BiLSTM + CRF scans + their gradients) costs tens of seconds on a CPU; for
+    # tiny students (tests, smoke runs) running eagerly is faster overall.
+    run_eagerly: bool = False
+
+    def __post_init__(self):
+        self.losses = tuple(self.losses)
+        unknown = [name for name in self.losses if name not in LOSSES]
+        if unknown or not self.losses or len(set(self.losses)) != len(self.losses):
+            raise ConfigError(f"losses {self.losses} must be distinct names from {LOSSES}")
+        if self.weighting not in LOSS_WEIGHTINGS:
+            raise ConfigError(f"weighting {self.weighting!r}; expected one of {tuple(LOSS_WEIGHTINGS)}")
+        self.kbest = check_kbest(self.kbest)
+
+
+@dataclass
+class MultiGrainedHistory:
+    """Per epoch: train loss (weighted total), each loss's mean, the lambdas, dev loss / F1."""
+
+    losses: Tuple[str, ...]
+    epochs: List[Dict] = field(default_factory=list)
+    best_epoch: int = 0  # 1-based; 0 = the starting weights were never beaten
+    best_score: float = -math.inf  # dev F1, or minus the dev loss
+
+    def lambdas(self) -> np.ndarray:
+        """[epochs, num_losses] learned weights, one row per epoch."""
+        return np.array([[e["lambdas"][name] for name in self.losses] for e in self.epochs])
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def hard_targets(label_ids, attention_mask, kbest_tags, pad_id: int):
+    """[B, T] tags for L_hard: the gold `label_ids` of labeled rows, the teacher's top-1 path
+    `kbest_tags[:, 0]` of unlabeled rows (those with [PAD] tags inside their length)."""
+    labeled = labeled_rows(label_ids, attention_mask, pad_id)
+    return tf.where(labeled[:, None], tf.cast(label_ids, tf.int32), tf.cast(kbest_tags[:, 0], tf.int32))
+
+
+def labeled_rows(label_ids, attention_mask, pad_id: int):
+    """[B] bool: rows whose real positions all carry a tag other than [PAD]."""
+    real = tf.cast(attention_mask, tf.bool)
+    return tf.reduce_all(tf.not_equal(label_ids, pad_id) | ~real, axis=1)
+
+
+def labeled_nll(potentials, label_ids, lengths, transitions, labeled):
+    """Mean CRF NLL of the gold tags over the labeled rows ([B] bool); 0 if there are none."""
+    nll = -ops.crf_log_likelihood(potentials, tf.cast(label_ids, tf.int32), lengths, transitions)
+    weights = tf.cast(labeled, tf.float32)
+    return tf.math.divide_no_nan(tf.reduce_sum(nll * weights), tf.reduce_sum(weights))
+
+
+def _loss_values(names, outputs, batch, transitions, pad_id: int) -> List[tf.Tensor]:
+    """One scalar per enabled loss, in `names` order, for a trimmed batch and the student's outputs."""
+    potentials, mask = outputs["potentials"], batch["attention_mask"]
+    lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+    values = []
+    for name in names:
+        if name == "hard" and "kbest_tags" in batch:
+            tags = hard_targets(batch["label_ids"], mask, batch["kbest_tags"], pad_id)
+            values.append(sequence.hard_loss(potentials, tags, lengths, transitions))
+        elif name == "hard":
+            labeled = labeled_rows(batch["label_ids"], mask, pad_id)
+            values.append(labeled_nll(potentials, batch["label_ids"], lengths, transitions, labeled))
+        elif name in ("seq_ce", "seq_fuzzy"):
+            fn = sequence.kbest_seq_ce if name == "seq_ce" else sequence.fuzzy_loss
+            values.append(fn(potentials, lengths, transitions, tf.cast(batch["kbest_tags"], tf.int32),
+                             batch["kbest_probs"], batch["kbest_valid"]))
+        elif name == "token_em":
+            values.append(sequence.token_emission_kd(outputs["logits"], batch["logits"], mask))
+        else:
+            values.append(sequence.token_posterior_kd(potentials, transitions, batch["marginals"], lengths))
+    return values
+
+
+def _needed_keys(losses: Sequence[str], have: Sequence[str]) -> List[str]:
+    keys = list(INPUT_KEYS)
+    for name in losses:
+        keys += [k for k in LOSS_KEYS[name] if k not in keys]
+    if "hard" in losses and "kbest_tags" in have and "kbest_tags" not in keys:
+        keys.append("kbest_tags")
+    missing = [k for k in keys if k not in have]
+    if missing:
+        raise ConfigError(f"losses {tuple(losses)} need {missing} in the training set, which has {sorted(have)} "
+                          "(sequence and token losses need the multi-grained teacher-output cache)")
+    return keys
+
+
+def _trim(batch: Dict[str, tf.Tensor], kbest: int) -> Dict[str, tf.Tensor]:
+    """Drop padding columns no row uses (at least 2: CRF scans need a step) and k-best slots past
+    `kbest` (the first k of a K-best list are the k-best list)."""
+    length = tf.maximum(tf.reduce_max(tf.reduce_sum(tf.cast(batch["attention_mask"], tf.int32), axis=1)), 2)
+    out = {}
+    for key, value in batch.items():
+        if key in ("kbest_tags", "kbest_probs", "kbest_valid"):
+            value = value[:, :kbest]
+        axis = TIME_AXIS.get(key)
+        out[key] = value if axis is None else tf.gather(value, tf.range(length), axis=axis)
+    return out
+
+
+def _stream(ds: tf.data.Dataset, keys: Sequence[str], config: MultiGrainedConfig, shuffle: bool):
+    """Per-example dicts -> trimmed batches of `keys`."""
+    ds = ds.map(lambda ex: {k: ex[k] for k in keys})
+    if shuffle:
+        ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
+    return ds.batch(config.batch_size).map(lambda b: _trim(b, config.kbest)).prefetch(tf.data.AUTOTUNE)
+
+
+def _relaxed(element_spec: Dict[str, tf.TensorSpec]) -> Dict[str, tf.TensorSpec]:
+    """The batch signature with unknown batch and time dims, so one trace serves every batch."""
+    specs = {}
+    for key, spec in element_spec.items():
+        shape = spec.shape.as_list()
+        shape[0] = None
+        if key in TIME_AXIS:
+            shape[TIME_AXIS[key]] = None
+        specs[key] = tf.TensorSpec(shape, spec.dtype)
+    return specs
+
+
+def _check_kbest(ds: tf.data.Dataset, config: MultiGrainedConfig) -> None:
+    cached = ds.element_spec.get("kbest_tags")
+    if cached is not None and cached.shape[0] is not None and cached.shape[0] < config.kbest:
+        raise ConfigError(f"kbest={config.kbest} but the teacher-output cache holds only {cached.shape[0]} "
+                          "paths per window; rebuild it with a larger --kbest")
+
+
+class _Steps:
+    """The compiled train and dev steps of one run (the student, its weighting layer, Adam)."""
+
+    def __init__(self, student, weighting, config: MultiGrainedConfig, pad_id: int, train_spec):
+        self.student, self.weighting, self.config, self.pad_id = student, weighting, config, pad_id
+        self.crf = student.get_layer("crf")
+        self.optimizer = tf.keras.optimizers.Adam(config.learning_rate, global_clipnorm=config.clipnorm)
+        self.variables = student.trainable_variables + weighting.trainable_variables
+        dev_spec = {k: tf.TensorSpec([None, None], tf.int32) for k in (*INPUT_KEYS, "label_ids")}
+        if config.run_eagerly:
+            self.train, self.dev_nll = self._train, self._dev_nll
+        else:
+            self.train = tf.function(self._train, input_signature=[train_spec])
+            self.dev_nll = tf.function(self._dev_nll, input_signature=[dev_spec])
+
+    def _train(self, batch):
+        with tf.GradientTape() as tape:
+            outputs = self.student({k: batch[k] for k in INPUT_KEYS}, training=True)
+            values = tf.stack(_loss_values(self.config.losses, outputs, batch, self.crf.transitions, self.pad_id))
+            total = self.weighting(values)
+        self.optimizer.apply_gradients(zip(tape.gradient(total, self.variables), self.variables))
+        return total, values
+
+    def _dev_nll(self, batch):
+        """(sum of gold NLLs over the labeled rows, their count)."""
+        outputs = self.student({k: batch[k] for k in INPUT_KEYS}, training=False)
+        lengths = tf.reduce_sum(batch["attention_mask"], axis=1)
+        labeled = labeled_rows(batch["label_ids"], batch["attention_mask"], self.pad_id)
+        count = tf.reduce_sum(tf.cast(labeled, tf.float32))
+        return labeled_nll(outputs["potentials"], batch["label_ids"], lengths, self.crf.transitions,
+                           labeled) * count, count
+
+
+def _dev_loss(steps: _Steps, dev: Optional[tf.data.Dataset]) -> Optional[float]:
+    if dev is None:
+        return None
+    total, count = 0.0, 0.0
+    for batch in dev:
+        nll, n = steps.dev_nll({k: tf.cast(batch[k], tf.int32) for k in (*INPUT_KEYS, "label_ids")})
+        total, count = total + float(nll), count + float(n)
+    return total / count if count else None
+
+
+def _run_epoch(steps: _Steps, train: tf.data.Dataset, names) -> Tuple[float, Dict[str, float]]:
+    totals, values = [], []
+    for batch in train:
+        total, per_loss = steps.train(batch)
+        totals.append(float(total))
+        values.append(per_loss.numpy())
+    means = np.mean(values, axis=0)
+    return float(np.mean(totals)), {name: float(v) for name, v in zip(names, means)}
+
+
+def train_multigrained(student: tf.keras.Model, train_ds: tf.data.Dataset, dev_ds: Optional[tf.data.Dataset],
+                       config: MultiGrainedConfig, pad_id: int,
+                       evaluate_fn: Optional[EvaluateFn] = None) -> MultiGrainedHistory:
+    """Train a CRF student (`students/crf_student.py`) in place; returns the per-epoch history.
+
+    train_ds: per-example dicts (see the module docstring), shuffled and batched here.
+    dev_ds: per-example dicts with gold `label_ids` (None: select on `evaluate_fn` alone).
+    pad_id: the TagVocab's [PAD] id (marks unlabeled windows). evaluate_fn(student) -> dev F1
+    selects the epoch when given (e.g. `make_crf_dev_f1`); otherwise the dev NLL does.
+    """
+    if evaluate_fn is None and dev_ds is None:
+        raise ConfigError("train_multigrained needs a dev set or an evaluate_fn to select the best epoch")
+    tf.keras.utils.set_random_seed(config.seed)
+    _check_kbest(train_ds, config)
+    train = _stream(train_ds, _needed_keys(config.losses, list(train_ds.element_spec)), config, shuffle=True)
+    dev = None if dev_ds is None else _stream(dev_ds, [*INPUT_KEYS, "label_ids"], config, shuffle=False)
+    weighting = loss_weighting(config.weighting, len(config.losses))
+    weighting.build(tf.TensorShape([len(config.losses)]))
+    steps = _Steps(student, weighting, config, pad_id, _relaxed(train.element_spec))
+    history = MultiGrainedHistory(config.losses)
+    best_weights, stale = _snapshot(student, weighting), 0
+    history.best_score = _score(steps, dev, evaluate_fn)[2]
+    for epoch in range(1, config.epochs + 1):
+        train_loss, means = _run_epoch(steps, train, config.losses)
+        dev_loss, dev_f1, score = _score(steps, dev, evaluate_fn)
+        record = {"epoch": epoch, "train_loss": train_loss, "losses": means, "dev_loss": dev_loss, "dev_f1": dev_f1,
+                  "lambdas": dict(zip(config.losses, map(float, weighting.lambdas.numpy())))}
+        history.epochs.append(record)
+        log.info("multi-grained epoch %d: loss %.4f %s, lambdas %s, dev loss %s, dev F1 %s", epoch, train_loss,
+                 means, record["lambdas"], dev_loss, dev_f1)
+        if score > history.best_score:
+            history.best_score, history.best_epoch, stale = score, epoch, 0
+            best_weights = _snapshot(student, weighting)
+        else:
+            stale += 1
+            if config.patience is not None and stale >= config.patience:
+                break
+    student.set_weights(best_weights[0])
+    weighting.set_weights(best_weights[1])
+    return history
+
+
+def _snapshot(student, weighting):
+    return student.get_weights(), weighting.get_weights()
+
+
+def _score(steps: _Steps, dev, evaluate_fn) -> Tuple[Optional[float], Optional[float], float]:
+    """(dev loss, dev F1, selection score: F1 when there is an evaluate_fn, else -dev loss)."""
+    dev_loss = _dev_loss(steps, dev)
+    dev_f1 = None if evaluate_fn is None else float(evaluate_fn(steps.student))
+    score = dev_f1 if dev_f1 is not None else -dev_loss
+    return dev_loss, dev_f1, score if math.isfinite(score) else -math.inf
+
+
+def crf_tags_fn(student: tf.keras.Model):
+    """Viterbi tags [B, T] int32 of a CRF student, one compiled function for any B and T."""
+    crf = student.get_layer("crf")
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[{"input_ids": spec, "attention_mask": spec}])
+    def tags(batch):
+        potentials = student(batch, training=False)["potentials"]
+        return crf.decode(potentials, tf.reduce_sum(batch["attention_mask"], axis=1))[0]
+
+    return tags
+
+
+def predict_tags_crf(student: tf.keras.Model, windows: Windows, batch_size: int = 64, tags_fn=None) -> np.ndarray:
+    """Viterbi tag id per piece [W, L] (zeros past each length); windows are batched by length.
+    Pass `tags_fn=crf_tags_fn(student)` to reuse one compiled function across calls."""
+    tags_fn = tags_fn or crf_tags_fn(student)
+    lengths = windows.attention_mask.sum(1)
+    order = np.argsort(lengths, kind="stable")
+    out = np.zeros(windows.input_ids.shape, dtype=np.int32)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        length = max(2, int(lengths[idx].max()))
+        batch = {"input_ids": windows.input_ids[idx, :length], "attention_mask": windows.attention_mask[idx, :length]}
+        out[idx, :length] = tags_fn(batch).numpy()
+    return out
+
+
+def make_crf_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab: TagVocab,
+                    scheme: str = "IOB2", batch_size: int = 64) -> EvaluateFn:
+    """An `evaluate_fn`: entity F1 on dev words of the student's Viterbi tags."""
+    compiled = {}
+
+    def dev_f1(student: tf.keras.Model) -> float:
+        # One trace per student, not per epoch.
+        if compiled.get("student") is not student:
+            compiled.update(student=student, fn=crf_tags_fn(student))
+        tags = predict_tags_crf(student, windows, batch_size, compiled["fn"])
+        return entity_scores(gold_tags, decode(windows, tags, tag_vocab), scheme)["f1"]
+
+    return dev_f1
+
+
+def windows_dataset(windows: Windows) -> tf.data.Dataset:
+    """Per-example dicts (input_ids, attention_mask, label_ids) of encoded windows, for the
+    labeled-only stream (vanilla BiLSTM+CRF) or a dev set."""
+    return tf.data.Dataset.from_tensor_slices({"input_ids": windows.input_ids, "attention_mask": windows.attention_mask,
+                                               "label_ids": windows.label_ids})

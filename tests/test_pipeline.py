@@ -109,3 +109,21 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith(f"error: {bad}:2:")
     assert "Traceback" not in proc.stderr
+
+
+def test_multigrained_method_runs_end_to_end(tmp_path, toy_corpus, tiny_bert_dir):
+    # BERT+CRF teacher -> k-best surrogates in the cache -> BiLSTM+CRF student -> Viterbi scores.
+    cfg = toy_config(tmp_path / "work", toy_corpus, tiny_bert_dir)
+    cfg.teacher.head = "crf"
+    cfg.teacher.dropout = cfg.teacher.embedding_dropout = 0.0
+    cfg.transfer.kbest = 3
+    cfg.student = StudentConfig(method="multigrained", embedding_dim=16, hidden=16, kbest=3, epochs=6,
+                                batch_size=16, learning_rate=2e-2, patience=6, losses=("hard", "seq_ce"))
+    metrics = pipeline.run(cfg)
+    example = next(read_sharded(os.path.join(cfg.work_dir, "transfer")).as_numpy_iterator())
+    assert example["kbest_tags"].shape == (3, 16)
+    assert example["kbest_probs"].sum() + example["residual"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["teacher"]["scores"]["test"]["all"]["f1"] > 0.8
+    assert metrics["student"]["scores"]["test"]["all"]["f1"] > 0.7
+    model, meta, _ = load_student(os.path.join(cfg.work_dir, "student"))
+    assert meta.decoder == "crf" and "crf" in [layer.name for layer in model.layers]

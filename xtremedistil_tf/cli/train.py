@@ -40,6 +40,8 @@ flags.DEFINE_string("teacher", "minilm", "Hub name or local dir of a BERT-family
 flags.DEFINE_bool("teacher_random_init", False, "Use the --teacher config with random weights.")
 flags.DEFINE_string("teacher_config_overrides", "{}", "JSON of config fields to override, e.g. "
                     '\'{"num_hidden_layers": 4, "hidden_size": 256}\'.')
+flags.DEFINE_enum("teacher_head", "softmax", ["softmax", "crf"], "Teacher head; the multi-grained method needs crf.")
+flags.DEFINE_float("teacher_embedding_dropout", 0.1, "crf head: dropout on the encoder's embedding output (paper 0.5).")
 flags.DEFINE_integer("max_seq_length", 128, "Word pieces per window; longer sentences are split into overlapping windows.")
 flags.DEFINE_float("teacher_dropout", 0.1, "Dropout before the teacher's token head.")
 flags.DEFINE_integer("teacher_epochs", 3, "Teacher fine-tuning epochs (early stopping on dev F1).")
@@ -59,8 +61,11 @@ flags.DEFINE_integer("shard_size", 1000, "Windows per teacher-output shard.")
 flags.DEFINE_integer("transfer_batch_size", 64, "Batch size when computing teacher outputs.")
 flags.DEFINE_enum("hidden_dtype", "float16", ["float16", "float32"], "Stored dtype of teacher hidden states.")
 
-# Student (XtremeDistil)
+# Student
 flags.DEFINE_bool("student", True, "Distil a student after caching the teacher outputs.")
+flags.DEFINE_enum("method", "xtremedistil", ["xtremedistil", "multigrained"],
+                  "xtremedistil: softmax student, staged strategies (--strategy). multigrained: BiLSTM+CRF "
+                  "student from the CRF teacher's k-best paths (needs --teacher_head=crf).")
 flags.DEFINE_enum("student_architecture", "bilstm", ["bilstm", "transformer"], "Student body.")
 flags.DEFINE_integer("student_embedding_dim", 300, "Student word-embedding size E (paper 300; its 35x configuration 50).")
 flags.DEFINE_integer("student_hidden", 600, "BiLSTM units per direction H (paper 600; its 35x configuration 200).")
@@ -80,6 +85,13 @@ flags.DEFINE_enum("representation_loss", "mse", ["mse", "kld"], "Representation 
 flags.DEFINE_float("alpha", 1.0, "Weight of the label cross-entropy in joint strategies.")
 flags.DEFINE_float("beta", 1.0, "Weight of the representation loss in joint strategies.")
 flags.DEFINE_float("gamma", 1.0, "Weight of the logit loss in joint strategies.")
+
+# Multi-grained KD (--method=multigrained)
+flags.DEFINE_integer("kbest", 5, "K of the teacher's k-best Viterbi surrogates (1-15).")
+flags.DEFINE_list("mg_losses", ["hard", "seq_ce"], "Loss terms: hard, seq_ce, seq_fuzzy, token_em, token_pos.")
+flags.DEFINE_enum("loss_weighting", "uncertainty", ["uncertainty", "equal"], "How the loss terms are combined.")
+flags.DEFINE_integer("student_epochs", 30, "Epochs of multi-grained training (best dev F1 is kept).")
+flags.DEFINE_bool("use_unlabeled", True, "Train on the unlabeled transfer sentences too (the paper's DA).")
 
 # Run
 flags.DEFINE_integer("seed", 42, "Seed for splits, initialisation and shuffling.")
@@ -110,12 +122,18 @@ def config_from_flags():
                               warmup_fraction=FLAGS.warmup_fraction, weight_decay=FLAGS.weight_decay,
                               layer_decay=FLAGS.layer_decay, patience=FLAGS.patience, seed=FLAGS.seed,
                               max_steps_per_epoch=FLAGS.max_steps_per_epoch or None)
+    multigrained = FLAGS.student and FLAGS.method == "multigrained"
+    if multigrained and FLAGS.teacher_head != "crf":
+        raise ConfigError("--method=multigrained distils from a CRF teacher's k-best paths: add --teacher_head=crf")
     teacher = TeacherConfig(name=FLAGS.teacher, random_init=FLAGS.teacher_random_init, config_overrides=overrides,
-                            max_seq_length=FLAGS.max_seq_length, dropout=FLAGS.teacher_dropout,
+                            head=FLAGS.teacher_head, max_seq_length=FLAGS.max_seq_length,
+                            dropout=FLAGS.teacher_dropout, embedding_dropout=FLAGS.teacher_embedding_dropout,
                             layer=FLAGS.teacher_layer, finetune=finetune)
     transfer = TransferConfig(shard_size=FLAGS.shard_size, batch_size=FLAGS.transfer_batch_size,
-                              hidden_dtype=FLAGS.hidden_dtype)
+                              hidden_dtype=FLAGS.hidden_dtype, kbest=FLAGS.kbest if multigrained else 0)
     student = StudentConfig(
+        method=FLAGS.method, losses=tuple(FLAGS.mg_losses), loss_weighting=FLAGS.loss_weighting,
+        kbest=FLAGS.kbest, epochs=FLAGS.student_epochs, use_unlabeled=FLAGS.use_unlabeled,
         architecture=FLAGS.student_architecture, embedding_dim=FLAGS.student_embedding_dim,
         hidden=FLAGS.student_hidden, depth=FLAGS.student_depth, heads=FLAGS.student_heads, ffn=FLAGS.student_ffn,
         embeddings=FLAGS.student_embeddings, dropout=FLAGS.student_dropout, strategy=FLAGS.strategy,

@@ -132,7 +132,7 @@ def _check_same_run(out_dir: Path, stored: dict, requested: dict, source: str) -
     raise ConfigError(
         f"{out_dir} holds a teacher-output cache from a different configuration "
         f"(per {source}); differing keys:\n{_describe_diff(old, new)}\n"
-        "Use another directory, or pass overwrite=True to delete that cache's files.")
+        "Use another directory, or pass overwrite=True (--overwrite for bin/train) to delete that cache's files.")
 
 
 def _cache_files(out_dir: Path) -> list[Path]:

@@ -59,10 +59,14 @@ class TokenTeacher(tf.keras.Model):
         out = self._encode(inputs, training, output_hidden_states=False)
         return self.classifier(self.dropout(out.last_hidden_state, training=training))
 
-    def call_with_hidden(self, inputs, layer: int):
+    def check_layer(self, layer: int) -> None:
+        """Fail before any work is done when hidden_states[layer] does not exist."""
         if not 0 <= layer <= self.num_layers:
             raise ConfigError(f"--teacher_layer={layer} is out of range: the teacher has "
                               f"{self.num_layers} layers (0 is the embedding output)")
+
+    def call_with_hidden(self, inputs, layer: int):
+        self.check_layer(layer)
         out = self._encode(inputs, False, output_hidden_states=True)
         return self.classifier(out.last_hidden_state), out.hidden_states[layer]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Dict, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class StudentConfig:
+    method: str = "xtremedistil"     # xtremedistil (softmax student, staged strategies) | multigrained (CRF student)
     architecture: str = "bilstm"     # bilstm | transformer
     embedding_dim: int = 300         # E (paper: 300; the 35x configuration uses 50)
     hidden: int = 600                # BiLSTM units per direction H (paper: 600; 35x: 200)
@@ -49,6 +50,13 @@ class StudentConfig:
     alpha: float = 1.0
     beta: float = 1.0
     gamma: float = 1.0
+    # multigrained only (paper Tables 1-3): the loss terms, their weighting, K of the k-best
+    # surrogates, epochs, and whether unlabeled transfer sentences are used (DA).
+    losses: Tuple[str, ...] = ("hard", "seq_ce")
+    loss_weighting: str = "uncertainty"
+    kbest: int = 5
+    epochs: int = 30
+    use_unlabeled: bool = True
     seed: int = 42
 
 
@@ -63,20 +71,29 @@ def student_embeddings(cfg: StudentConfig, teacher_matrix: np.ndarray):
     raise ConfigError(f"--student_embeddings={cfg.embeddings!r}; expected svd, random or teacher")
 
 
-def build_student(cfg: StudentConfig, teacher) -> tf.keras.Model:
-    """A student for `teacher`'s pieces and tags, its representation head sized to the teacher."""
+def build_student(cfg: StudentConfig, teacher, scheme: str) -> tf.keras.Model:
+    """A student for `teacher`'s pieces and tags: heads for XtremeDistil (representation sized to
+    the teacher), or a CRF under the scheme's constraints for multi-grained distillation."""
+    from xtremedistil_tf.students.crf_student import (build_bilstm_crf_student, build_transformer_crf_student,
+                                                      student_crf_constraints)
+
     matrix = teacher.word_embeddings()
     embeddings, frozen = student_embeddings(cfg, matrix)
-    dim = matrix.shape[1] if cfg.embeddings == "teacher" else cfg.embedding_dim
-    common = dict(vocab_size=matrix.shape[0], num_tags=len(teacher.tag_vocab), embedding_dim=dim,
-                  teacher_hidden=teacher.hidden_size, dropout=cfg.dropout, embeddings=embeddings,
-                  freeze_embeddings=frozen)
+    common = dict(vocab_size=matrix.shape[0], num_tags=len(teacher.tag_vocab), dropout=cfg.dropout,
+                  embedding_dim=matrix.shape[1] if cfg.embeddings == "teacher" else cfg.embedding_dim,
+                  embeddings=embeddings, freeze_embeddings=frozen)
+    transformer = dict(depth=cfg.depth, heads=cfg.heads, ffn=cfg.ffn, max_length=teacher.max_seq_length)
+    if cfg.architecture not in ("bilstm", "transformer"):
+        raise ConfigError(f"--student_architecture={cfg.architecture!r}; expected bilstm or transformer")
+    if cfg.method == "multigrained":
+        common["constraints"] = student_crf_constraints(teacher.tag_vocab, scheme)
+        if cfg.architecture == "bilstm":
+            return build_bilstm_crf_student(hidden=cfg.hidden, **common)
+        return build_transformer_crf_student(**transformer, **common)
+    common["teacher_hidden"] = teacher.hidden_size
     if cfg.architecture == "bilstm":
         return build_bilstm_student(hidden=cfg.hidden, **common)
-    if cfg.architecture == "transformer":
-        return build_transformer_student(depth=cfg.depth, heads=cfg.heads, ffn=cfg.ffn,
-                                         max_length=teacher.max_seq_length, **common)
-    raise ConfigError(f"--student_architecture={cfg.architecture!r}; expected bilstm or transformer")
+    return build_transformer_student(**transformer, **common)
 
 
 def distil_config(cfg: StudentConfig, tag_vocab: TagVocab, progress: bool = False) -> DistilConfig:
@@ -95,7 +112,7 @@ def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, 
     every step can be selected by its stage's loss on dev.
     """
     tf.keras.utils.set_random_seed(cfg.seed)
-    student = build_student(cfg, teacher)
+    student = build_student(cfg, teacher, scheme)
     transfer = read_sharded(transfer_dir)
     train_ds = batched(transfer.take(train_windows), cfg.batch_size, shuffle_buffer=train_windows, seed=cfg.seed)
     transfer_ds = batched(transfer, cfg.batch_size, shuffle_buffer=min(50_000, 10 * cfg.batch_size), seed=cfg.seed)
@@ -107,10 +124,37 @@ def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, 
     return student, history
 
 
+def distil_multigrained(cfg: StudentConfig, teacher, tokenizer, transfer_dir, train_windows: int,
+                        dev: Sequence[Sentence], scheme: str):
+    """Multi-grained KD of a CRF student from the cached k-best surrogates; returns (student, history).
+
+    The stream is the transfer cache: its first `train_windows` examples are labeled (gold tags for
+    L_hard); the rest are unlabeled sentences (the teacher's top-1 for L_hard), used when
+    `use_unlabeled` (DA). Epochs are selected by Viterbi entity F1 on dev.
+    """
+    from xtremedistil_tf.training.multigrained import MultiGrainedConfig, make_crf_dev_f1, train_multigrained
+
+    tf.keras.utils.set_random_seed(cfg.seed)
+    student = build_student(cfg, teacher, scheme)
+    transfer = read_sharded(transfer_dir)
+    stream = transfer if cfg.use_unlabeled else transfer.take(train_windows)
+    config = MultiGrainedConfig(losses=tuple(cfg.losses), weighting=cfg.loss_weighting, kbest=cfg.kbest,
+                                epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
+                                patience=cfg.patience, seed=cfg.seed)
+    dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    evaluate_fn = make_crf_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
+    history = train_multigrained(student, stream, None, config, teacher.tag_vocab.pad_id, evaluate_fn)
+    return student, history
+
+
 def evaluate_student(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int,
-                     sentences: Sequence[Sentence], scheme: str) -> Dict:
+                     sentences: Sequence[Sentence], scheme: str, decoder: str = "softmax") -> Dict:
+    """Entity scores of a student's word predictions: softmax argmax, or Viterbi for CRF students."""
+    from xtremedistil_tf.training.multigrained import predict_tags_crf
+
     windows = encode(sentences, tokenizer, tag_vocab, max_seq_length)
-    predicted = decode(windows, predict_tags(student, windows), tag_vocab)
+    pieces = predict_tags_crf(student, windows) if decoder == "crf" else predict_tags(student, windows)
+    predicted = decode(windows, pieces, tag_vocab)
     return score_by_language([s.tags for s in sentences], predicted, [s.lang for s in sentences], scheme)
 
 

@@ -127,3 +127,13 @@ def test_multigrained_method_runs_end_to_end(tmp_path, toy_corpus, tiny_bert_dir
     assert metrics["student"]["scores"]["test"]["all"]["f1"] > 0.7
     model, meta, _ = load_student(os.path.join(cfg.work_dir, "student"))
     assert meta.decoder == "crf" and "crf" in [layer.name for layer in model.layers]
+
+
+def test_caps_keep_the_first_sentences_of_each_language():
+    from xtremedistil_tf.data.loading import first_per_language
+    from xtremedistil_tf.data.sentence import Sentence
+
+    sentences = [Sentence([str(i)], ["O"], lang) for i, lang in enumerate("aabbbab")]
+    kept = first_per_language(sentences, 2)
+    assert [(s.tokens[0], s.lang) for s in kept] == [("0", "a"), ("1", "a"), ("2", "b"), ("3", "b")]
+    assert first_per_language(sentences, 0) is sentences

@@ -31,7 +31,8 @@ flags.DEFINE_string("transfer_file", "", "Unlabeled sentences (one per line) add
 flags.DEFINE_bool("transfer_char_level", False, "Split transfer lines into characters (Chinese).")
 flags.DEFINE_enum("scheme", "IOB2", ["IOB1", "IOB2", "BIOES", "BMES"], "Tag scheme of the data.")
 flags.DEFINE_bool("strict_tags", False, "Reject invalid tag sequences (e.g. I- after O) instead of reading them leniently.")
-flags.DEFINE_integer("max_train_sentences", 0, "Use only the first N training sentences (0: all).")
+flags.DEFINE_integer("max_train_sentences", 0, "Use only the first N training sentences of each language (0: all).")
+flags.DEFINE_integer("max_eval_sentences", 0, "Use only the first N dev and test sentences of each language (0: all).")
 
 # Teacher
 flags.DEFINE_string("teacher", "minilm", "Hub name or local dir of a BERT-family model; 'minilm' for the "
@@ -115,7 +116,8 @@ def config_from_flags():
                       dev_fraction=FLAGS.dev_fraction, test_fraction=FLAGS.test_fraction,
                       transfer_file=FLAGS.transfer_file, transfer_char_level=FLAGS.transfer_char_level,
                       scheme=FLAGS.scheme, strict_tags=FLAGS.strict_tags,
-                      max_train_sentences=FLAGS.max_train_sentences, seed=FLAGS.seed)
+                      max_train_sentences=FLAGS.max_train_sentences, max_eval_sentences=FLAGS.max_eval_sentences,
+                      seed=FLAGS.seed)
     finetune = FinetuneConfig(epochs=FLAGS.teacher_epochs, batch_size=FLAGS.teacher_batch_size,
                               learning_rate=FLAGS.teacher_learning_rate,
                               head_learning_rate=FLAGS.teacher_head_learning_rate or None,

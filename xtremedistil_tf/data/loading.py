@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from xtremedistil_tf.data.demo import holdout_split, read_demo, split_train_dev_test
 from xtremedistil_tf.data.readers import read_dataset, read_unlabeled, read_wikiann_dirs
@@ -35,7 +35,10 @@ class DataConfig:
     transfer_char_level: bool = False
     scheme: str = "IOB2"
     strict_tags: bool = False
-    max_train_sentences: int = 0     # 0: all; a cap for quick runs (applied after the dev hold-out)
+    # Caps for quick runs (0: all), per language when sentences carry one, applied after the dev
+    # hold-out: the first N train sentences, the first N dev and test sentences.
+    max_train_sentences: int = 0
+    max_eval_sentences: int = 0
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -67,11 +70,25 @@ def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
         else:
             train, dev = holdout_split(train, cfg.dev_fraction, cfg.seed)
         test = _read_labeled(cfg, cfg.test_file, "test") if (cfg.test_file or cfg.format == "wikiann") else []
-    if cfg.max_train_sentences:
-        train = train[:cfg.max_train_sentences]
+    train = first_per_language(train, cfg.max_train_sentences)
+    dev = first_per_language(dev, cfg.max_eval_sentences)
+    test = first_per_language(test, cfg.max_eval_sentences)
     transfer = (read_unlabeled(_path(cfg, cfg.transfer_file), char_level=cfg.transfer_char_level)
                 if cfg.transfer_file else [])
     return {"train": train, "dev": dev, "test": test, "transfer": transfer}
+
+
+def first_per_language(sentences: List[Sentence], cap: int) -> List[Sentence]:
+    """The first `cap` sentences of each language (of all, for sentences without one), in order."""
+    if not cap:
+        return sentences
+    seen: Dict[Optional[str], int] = {}
+    kept = []
+    for s in sentences:
+        if seen.get(s.lang, 0) < cap:
+            seen[s.lang] = seen.get(s.lang, 0) + 1
+            kept.append(s)
+    return kept
 
 
 def labels_of(splits: Dict[str, List[Sentence]], scheme: str) -> List[str]:

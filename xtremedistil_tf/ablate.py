@@ -1,0 +1,276 @@
+"""Strategy ablation over one work dir: XtremeDistil's Table 3 and Table 4 for your data.
+
+The data, teacher and teacher-output steps run once (pipeline.step_data/step_teacher/
+step_transfer); every strategy is then distilled from the same cached teacher outputs into its
+own resumable step dir, so a killed ablation resumes at the first unfinished strategy:
+
+    work_dir/ablate/<strategy>/step.json        scores on dev/test, StagedHistory, timings
+    work_dir/ablate/<strategy>/                 the saved student (training/student_run.py layout)
+    work_dir/ablate/D0/student-<lang>/          D0 with several languages: one student per language
+    work_dir/ablation.md                        the tables (rewritten on each run: it is a summary)
+
+D0 trains one student per language on that language's labeled windows, selected on that
+language's dev windows, and scores each language with its own student. With one language (or
+none) D0 is a single student, the same as D0-S.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from xtremedistil_tf import pipeline
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import atomic_write_text
+from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
+from xtremedistil_tf.workdir import WorkDir
+
+log = logging.getLogger(__name__)
+
+ALL_STRATEGIES = tuple(STRATEGIES)       # D0, D0-S, D1, D2, D3.1, D3.2, D4.1, D4.2
+ABLATE_DIR = "ablate"
+REPORT = "ablation.md"
+
+
+def strategy_step(name: str) -> str:
+    """The step (dir under the work dir) of one strategy."""
+    return f"{ABLATE_DIR}/{name}"
+
+
+def check_strategies(names: Sequence[str]) -> List[str]:
+    """Validate before anything trains, so a typo does not surface after hours of teacher work."""
+    names = list(names)
+    if not names:
+        raise ConfigError("--strategies is empty; give e.g. D0,D0-S,D4.2")
+    for name in names:
+        get_strategy(name)
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"--strategies names {repeated} more than once")
+    return names
+
+
+def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str]) -> str:
+    """Run (or resume) the ablation; writes and returns the markdown report."""
+    strategies = check_strategies(strategies)
+    if cfg.student is None:
+        raise ConfigError("an ablation distils students; drop --nostudent")
+    if cfg.student.method != "xtremedistil":
+        raise ConfigError(f"--strategies are XtremeDistil's; --method={cfg.student.method} has none")
+    work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
+    fingerprint = pipeline.step_data(work, cfg)
+    fingerprint = pipeline.step_teacher(work, cfg, fingerprint)
+    fingerprint = pipeline.step_transfer(work, cfg, fingerprint)
+    languages = train_languages(work)
+    for name in strategies:
+        strategy_cfg = replace(cfg, student=replace(cfg.student, strategy=name))
+        if get_strategy(name).per_language and len(languages) > 1:
+            step_per_language(work, strategy_cfg, fingerprint, languages)
+        else:
+            pipeline.step_student(work, strategy_cfg, fingerprint, strategy_step(name))
+    report = ablation_report(work, strategies)
+    atomic_write_text(work.path(REPORT), report)
+    return report
+
+
+def train_languages(work: WorkDir) -> List[Optional[str]]:
+    """Languages of the training sentences, in order of first appearance (the --langs order)."""
+    return list(dict.fromkeys(s.lang for s in pipeline.load_data(work)["train"]))
+
+
+# ----------------------------------------------------------------------------- D0: one student per language
+
+def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, languages: Sequence[str]):
+    """D0 with several languages: a student per language in ablate/D0/student-<lang>/, one step."""
+    sc = cfg.student
+    fingerprint = {**upstream, "student": asdict(sc)}
+
+    def build(tmp: Path) -> dict:
+        from xtremedistil_tf.evaluate import score_by_language
+        from xtremedistil_tf.teachers.model import load_teacher
+        from xtremedistil_tf.training.student_run import save_student
+
+        splits = pipeline.load_data(work)
+        teacher, tokenizer = load_teacher(work.path("teacher") / "model")
+        scored = [split for split in ("dev", "test") if splits[split]]
+        _check_covered(splits, scored, languages)
+        predicted = {split: [None] * len(splits[split]) for split in scored}
+        window_langs = cached_window_languages(work, splits, tokenizer, teacher)
+        per_language = {}
+        for lang in languages:
+            start = time.time()
+            student, history = _distil_language(work, sc, teacher, tokenizer, splits["dev"], window_langs, lang,
+                                                cfg.data.scheme, cfg.progress)
+            per_language[lang] = {"history": history.to_dict(), "train_seconds": time.time() - start,
+                                  "parameters": int(student.count_params())}
+            for split in scored:
+                idx = [i for i, s in enumerate(splits[split]) if s.lang == lang]
+                tags = _predict_words(student, tokenizer, teacher, [splits[split][i] for i in idx])
+                for i, t in zip(idx, tags):
+                    predicted[split][i] = t
+            save_student(tmp / f"student-{lang}", student, sc.architecture, tokenizer, teacher.tag_vocab,
+                         cfg.data.scheme, teacher.max_seq_length)
+        # Pooling every language's own predictions gives the overall score, and per language
+        # exactly what that language's student scores on its own sentences.
+        scores = {split: score_by_language([s.tags for s in splits[split]], predicted[split],
+                                           [s.lang for s in splits[split]], cfg.data.scheme)
+                  for split in scored}
+        return {"per_language": per_language, "scores": scores,
+                "train_seconds": sum(v["train_seconds"] for v in per_language.values()),
+                "parameters": sum(v["parameters"] for v in per_language.values())}
+
+    work.run_step(strategy_step(sc.strategy), fingerprint, build)
+    return fingerprint
+
+
+def _check_covered(splits: dict, scored: Sequence[str], languages: Sequence[str]) -> None:
+    for split in scored:   # dev is never empty (step_data), so it is always checked
+        missing = sorted({str(s.lang) for s in splits[split]} - {str(lang) for lang in languages})
+        if missing:
+            raise ConfigError(f"D0 trains one student per training language ({', '.join(map(str, languages))}); "
+                              f"{split} has sentences of {missing} with none in train")
+    for lang in languages:
+        if not any(s.lang == lang for s in splits["dev"]):
+            raise ConfigError(f"D0 selects each language's student on its dev sentences; dev has none of {lang!r}")
+
+
+def cached_window_languages(work: WorkDir, splits: dict, tokenizer, teacher) -> Dict[str, np.ndarray]:
+    """The language of each labeled window of the train and dev teacher-output caches, in cache order.
+
+    Encoding is deterministic and windows follow sentence order (train first in the transfer
+    cache), so re-encoding recovers the cache's window -> sentence map without storing it.
+    """
+    from xtremedistil_tf.data.alignment import encode
+
+    transfer = work.step_info("transfer")
+    expected = {"train": transfer["train_windows"], "dev": transfer["dev"]["windows"]}
+    langs = {}
+    for split, count in expected.items():
+        sentences = splits[split]
+        windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+        if len(windows) != count:
+            raise ConfigError(f"{split}: {len(windows)} windows, but the teacher-output cache in {work.root} "
+                              f"holds {count}; rerun with --overwrite")
+        langs[split] = np.array([sentences[i].lang for i in windows.sentence_index], dtype=object)
+    return langs
+
+
+def _subset(ds, keep: np.ndarray):
+    """The elements of `ds` where `keep` (one bool per element, in order) is True."""
+    import tensorflow as tf
+
+    keep = tf.constant(keep)
+    return ds.enumerate().filter(lambda i, _: tf.gather(keep, i)).map(lambda _, x: x)
+
+
+def _distil_language(work: WorkDir, sc, teacher, tokenizer, dev_sentences, window_langs: Dict[str, np.ndarray],
+                     lang: str, scheme: str, progress: bool):
+    """One D0 student: labeled windows of `lang` from the transfer cache, selected on its dev windows."""
+    import tensorflow as tf
+
+    from xtremedistil_tf.data.alignment import encode
+    from xtremedistil_tf.teachers.cache import read_sharded
+    from xtremedistil_tf.training.staged import batched, make_dev_f1, train_student
+    from xtremedistil_tf.training.student_run import build_student, distil_config
+
+    tf.keras.utils.set_random_seed(sc.seed)
+    student = build_student(sc, teacher, scheme)
+    keep = window_langs["train"] == lang
+    train = _subset(read_sharded(work.path("transfer")).take(len(keep)), keep)
+    train_ds = batched(train, sc.batch_size, shuffle_buffer=int(keep.sum()), seed=sc.seed)
+    dev_ds = batched(_subset(read_sharded(work.path("transfer_dev")), window_langs["dev"] == lang), sc.batch_size)
+    dev = [s for s in dev_sentences if s.lang == lang]
+    evaluate_fn = make_dev_f1(encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length),
+                              [s.tags for s in dev], teacher.tag_vocab, scheme)
+    log.info("D0 %s: %d train windows, %d dev sentences", lang, int(keep.sum()), len(dev))
+    # D0's only stage trains on labels, so no transfer set is given.
+    history = train_student(sc.strategy, student, train_ds, None, dev_ds, distil_config(sc, teacher.tag_vocab, progress),
+                            evaluate_fn=evaluate_fn)
+    return student, history
+
+
+def _predict_words(student, tokenizer, teacher, sentences) -> List[List[str]]:
+    from xtremedistil_tf.data.alignment import decode, encode
+    from xtremedistil_tf.training.staged import predict_tags
+
+    windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    return decode(windows, predict_tags(student, windows), teacher.tag_vocab)
+
+
+# ----------------------------------------------------------------------------- report
+
+def _pct(value: Optional[float]) -> str:
+    return "–" if value is None else f"{100 * value:.2f}"
+
+
+def _summary_f1(scores: dict) -> float:
+    """The papers' headline number: mean F1 across languages, or plain F1 without languages."""
+    return scores["f1_mean"] if "f1_mean" in scores else scores["all"]["f1"]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def table3(teacher_scores: Dict[str, dict], results: Dict[str, dict]) -> List[str]:
+    """Per model: F1 per language, their mean and std, pooled F1, and the mean as a share of the teacher's."""
+    split = "test" if "test" in teacher_scores else "dev"
+    teacher = teacher_scores[split]
+    languages = list(teacher.get("languages", {}))
+    header = ["model", "strategy", *languages, *(["mean", "std"] if languages else []), "all", "% of teacher"]
+
+    def row(model: str, description: str, scores: dict) -> List[str]:
+        per = [_pct(scores["languages"][lang]["f1"]) for lang in languages]
+        spread = [_pct(scores["f1_mean"]), _pct(scores["f1_std"])] if languages else []
+        reference = _summary_f1(teacher)
+        share = f"{_summary_f1(scores) / reference:.1%}" if reference else "–"
+        return [model, description, *per, *spread, _pct(scores["all"]["f1"]), share]
+
+    rows = [row("teacher", "fine-tuned teacher", teacher)]
+    rows += [row(name, get_strategy(name).description, info["scores"][split]) for name, info in results.items()]
+    intro = (f"## Strategies (Table 3): {split} F1 (%)\n\n"
+             + ("Per language, their mean and standard deviation across languages, F1 over all sentences "
+                "pooled, and the mean as a share of the teacher's mean." if languages else
+                "F1 over all sentences, and as a share of the teacher's.") + "\n")
+    return [intro, *_table(header, rows)]
+
+
+def table4(history: dict) -> List[str]:
+    """Per unfreeze step of a StagedHistory: stage, layers that joined, dev loss and dev F1."""
+    header = ["stage", "loss", "unfrozen", "best epoch", "dev loss (start → best)", "dev F1"]
+    rows = [[str(s["stage"]), s["stage_name"], " + ".join(s["unfrozen"]), str(s["best_epoch"]),
+             f"{s['initial_val_loss']:.4g} → {s['best_val_loss']:.4g}", _pct(s["dev_f1"])]
+            for s in history["steps"]]
+    return _table(header, rows)
+
+
+def _load_results(work: WorkDir, strategies: Sequence[str]):
+    """(teacher scores, {strategy: step info}) from the finished steps."""
+    return work.step_info("teacher")["scores"], {name: work.step_info(strategy_step(name)) for name in strategies}
+
+
+def table3_markdown(work_dir, strategies: Sequence[str]) -> str:
+    """Table 3 alone, as bin/ablate prints it."""
+    return "\n".join(table3(*_load_results(WorkDir(work_dir), strategies)))
+
+
+def ablation_report(work: WorkDir, strategies: Sequence[str]) -> str:
+    teacher_scores, results = _load_results(work, strategies)
+    lines = ["# Distillation strategy ablation", "", f"Work dir: `{work.root}`", "", *table3(teacher_scores, results),
+             "", "## Stages (Table 4): dev F1 (%) after each stage and unfrozen layer", "",
+             "Dev F1 of the stage's tagger (softmax head, or the logit head in a logits-only stage) "
+             "after each step, with the step's best weights restored; a representation-only stage has no "
+             "tagger (–). Best epoch 0: no epoch beat the step's starting weights."]
+    for name, info in results.items():
+        lines += ["", f"### {name}: {get_strategy(name).description}"]
+        if "per_language" in info:
+            for lang, record in info["per_language"].items():
+                lines += ["", f"{lang} student:", "", *table4(record["history"])]
+        else:
+            lines += ["", *table4(info["history"])]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,145 @@
+"""bin/evaluate: score a saved teacher or student on a labeled file.
+
+    bin/evaluate --model=runs/demo/student --data_format=demo
+    bin/evaluate --model=runs/msra/teacher/model --data_format=char_bmes --scheme=BMES \
+        --data_dir=/path/to/msra --test_file=test.txt --output_json=runs/msra/test_teacher.json
+    bin/evaluate --model=runs/wikiann/ablate/D0/student-de --data_format=wikiann \
+        --data_dir=/path/to/wikiann --langs=de
+
+--model is a teacher dir (with teacher.json: <work_dir>/teacher/model, or <work_dir>/teacher)
+or a student dir (with student.json: <work_dir>/student, <work_dir>/ablate/<strategy>). The
+data flags are bin/train's: the file is --test_file (relative to --data_dir); for wikiann it is
+<data_dir>/<lang>/<test_file> for each of --langs (default: the test split); for demo it is the
+test split bin/train holds out (same --dev_fraction, --test_fraction and --seed).
+Prints entity precision, recall and F1, and per-language F1 with their mean and standard
+deviation when the sentences carry a language.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+from absl import app, flags
+
+from xtremedistil_tf.cli.common import define_common_flags, run_main
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.errors import ConfigError
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("model", "", "Saved teacher dir (teacher.json) or student dir (student.json).")
+# The data flags of bin/train (cli/train.py), with the same names and defaults.
+flags.DEFINE_enum("data_format", "conll", ["conll", "char_bmes", "wikiann", "xtremedistil_tsv", "demo"],
+                  "Input format.")
+flags.DEFINE_string("data_dir", "", "Directory the data files are relative to (wikiann: <data_dir>/<lang>/<split>).")
+flags.DEFINE_string("test_file", "", "Labeled file to score (wikiann: the split file in each language folder, "
+                    "default test).")
+flags.DEFINE_list("langs", [], "WikiAnn languages, e.g. en,de,fr.")
+flags.DEFINE_enum("scheme", "IOB2", ["IOB1", "IOB2", "BIOES", "BMES"], "Tag scheme of the data.")
+flags.DEFINE_bool("strict_tags", False, "Reject invalid tag sequences instead of reading them leniently.")
+flags.DEFINE_float("dev_fraction", 0.1, "demo only: the dev fraction bin/train held out.")
+flags.DEFINE_float("test_fraction", 0.1, "demo only: the test fraction bin/train held out.")
+flags.DEFINE_integer("seed", 42, "demo only: the seed of bin/train's split.")
+flags.DEFINE_string("output_json", "", "Also write the scores here (JSON, written atomically).")
+
+define_common_flags()
+
+
+def read_labeled(fmt: str, data_dir: str, test_file: str, langs: Sequence[str], scheme: str,
+                 strict_tags: bool = False, dev_fraction: float = 0.1, test_fraction: float = 0.1,
+                 seed: int = 42) -> List[Sentence]:
+    """The labeled sentences the data flags name, read as bin/train reads its test split."""
+    from xtremedistil_tf.data.demo import read_demo, split_train_dev_test
+    from xtremedistil_tf.data.readers import read_dataset, read_wikiann_dirs
+
+    if fmt == "demo":
+        return split_train_dev_test(read_demo(), dev_fraction, test_fraction, seed)[2]
+    if fmt == "wikiann":
+        if not langs:
+            raise ConfigError("--data_format=wikiann needs --langs (e.g. en,de)")
+        return read_wikiann_dirs(data_dir, langs, test_file or "test", scheme=scheme, strict_tags=strict_tags)
+    if not test_file:
+        raise ConfigError("--test_file is required")
+    path = Path(test_file)
+    if data_dir and not path.is_absolute():
+        path = Path(data_dir) / path
+    return read_dataset(fmt, path, scheme=scheme, strict_tags=strict_tags)
+
+
+def model_kind(directory) -> Tuple[str, Path]:
+    """("teacher" | "student", the dir holding its metadata); a work dir's teacher/ is accepted too."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ConfigError(f"--model={directory} is not a directory")
+    for kind, path in (("teacher", directory), ("student", directory), ("teacher", directory / "model")):
+        if (path / f"{kind}.json").exists():
+            return kind, path
+    raise ConfigError(f"{directory} holds neither teacher.json (a saved teacher, e.g. <work_dir>/teacher/model) "
+                      "nor student.json (a saved student, e.g. <work_dir>/student)")
+
+
+def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str) -> Dict:
+    """Entity scores of a saved teacher's or student's word-level predictions on `sentences`."""
+    if not sentences:
+        raise ConfigError("no labeled sentences to score")
+    kind, path = model_kind(directory)
+    if kind == "teacher":
+        from xtremedistil_tf.teachers.finetune import evaluate_teacher
+        from xtremedistil_tf.teachers.model import load_teacher
+
+        teacher, tokenizer = load_teacher(path)
+        scores = evaluate_teacher(teacher, tokenizer, sentences, scheme)
+    else:
+        scores = _evaluate_student(path, sentences, scheme)
+    return {"model": str(path), "kind": kind, "scheme": scheme, **scores}
+
+
+def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str) -> Dict:
+    from xtremedistil_tf.data.alignment import TagVocab
+    from xtremedistil_tf.data.schemes import normalize_scheme
+    from xtremedistil_tf.training.student_run import evaluate_student, load_student
+
+    model, meta, tokenizer = load_student(path)
+    # Predicted tags are in the student's scheme and gold tags in --scheme; scoring converts
+    # both with one scheme, so they must agree.
+    if meta.scheme != normalize_scheme(scheme):
+        raise ConfigError(f"{path} tags in {meta.scheme}, but --scheme={scheme}")
+    if meta.decoder != "softmax":
+        raise ConfigError(f"{path} decodes with {meta.decoder!r}; bin/evaluate scores softmax students")
+    return evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length, sentences, scheme)
+
+
+def format_scores(scores: Dict) -> str:
+    a = scores["all"]
+    lines = [f"{scores['kind']} {scores['model']} on {a['sentences']:,} sentences",
+             f"precision {a['precision']:.4f}  recall {a['recall']:.4f}  F1 {a['f1']:.4f}"]
+    for lang, s in scores.get("languages", {}).items():
+        lines.append(f"  {lang:<8} F1 {s['f1']:.4f}  P {s['precision']:.4f}  R {s['recall']:.4f}  "
+                     f"({s['sentences']:,} sentences)")
+    if "f1_mean" in scores:
+        lines.append(f"F1 across languages: mean {scores['f1_mean']:.4f}, std {scores['f1_std']:.4f}")
+    return "\n".join(lines)
+
+
+def evaluate() -> None:
+    from xtremedistil_tf.io import atomic_write_json
+
+    if not FLAGS.model:
+        raise ConfigError("--model is required")
+    model_kind(FLAGS.model)   # a wrong dir fails before the data is read
+    sentences = read_labeled(FLAGS.data_format, FLAGS.data_dir, FLAGS.test_file, FLAGS.langs, FLAGS.scheme,
+                             FLAGS.strict_tags, FLAGS.dev_fraction, FLAGS.test_fraction, FLAGS.seed)
+    scores = evaluate_model(FLAGS.model, sentences, FLAGS.scheme)
+    if FLAGS.output_json:
+        atomic_write_json(FLAGS.output_json, scores)
+    print(format_scores(scores), file=sys.stdout, flush=True)
+
+
+def main(argv) -> None:
+    del argv
+    run_main(evaluate)
+
+
+def run() -> None:
+    app.run(main)

@@ -12,9 +12,11 @@ from typing import Callable, Dict, List
 import tensorflow as tf
 
 from xtremedistil_tf.benchmarks import crf as crf_benchmarks
+from xtremedistil_tf.benchmarks import latency as latency_benchmarks
 
 BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
     "crf": crf_benchmarks.run,
+    "latency": latency_benchmarks.run,
 }
 
 

@@ -1,0 +1,60 @@
+"""bin/benchmark latency end to end on tiny models: parameter counts, served graph, output lines.
+
+No timing assertions: the machine is shared.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from xtremedistil_tf.benchmarks import latency
+from xtremedistil_tf.students.models import build_bilstm_student
+
+TINY_TEACHER = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+                "intermediate_size": 32}
+
+
+def test_fused_inference_model_matches_keras_student():
+    """The served graph gives the trained student's probs at real positions, padded rows included."""
+    student = build_bilstm_student(64, 11, embedding_dim=8, hidden=6, teacher_hidden=16)
+    served = latency.fused_inference_model(student, seq_length=7)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 64, (3, 7)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[1, 4:], mask[2, 1:] = 0, 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    expected = student(inputs, training=False)["probs"].numpy()
+    got = served(inputs, training=False)["probs"].numpy()
+    np.testing.assert_allclose(got * mask[..., None], expected * mask[..., None], atol=1e-5)
+    # Embeddings + BiLSTM + projection + softmax: all but the training-only logits head.
+    logits = student.get_layer("logits").count_params()
+    assert served.count_params() == student.count_params() - logits
+
+
+def test_parse_students_and_teacher_config(tmp_path):
+    assert latency.parse_students("50x200, 100X400") == [(50, 200), (100, 400)]
+    with pytest.raises(ValueError):
+        latency.parse_students("50-200")
+    assert latency.teacher_config("mbert-base").vocab_size == 119547
+    path = tmp_path / "teacher.json"
+    path.write_text(json.dumps(TINY_TEACHER))
+    assert latency.teacher_config(str(path)).hidden_size == 16
+
+
+def test_measure_end_to_end():
+    spec = json.dumps(TINY_TEACHER)
+    result = latency.measure(spec, [(8, 6)], queries=33, seq_length=4, repeats=1, string_signature=False)
+    config = latency.teacher_config(spec)
+    teacher = latency.build_teacher(config, 4)
+    student = build_bilstm_student(64, 11, 8, 6, 16)
+    assert result["teacher"]["parameters"] == teacher.count_params()
+    (entry,) = result["students"]
+    assert entry["parameters"] == latency.fused_inference_model(student, 4).count_params()
+    assert entry["training_parameters"] == student.count_params()
+    assert entry["compression"] == pytest.approx(teacher.count_params() / entry["parameters"])
+    assert set(result["teacher"]["latency_ms"]["batch32"]) == {"tf.function", "xla"}
+    assert set(entry["latency_ms"]["batch1"]) == {"fused", "fused+xla", "keras", "keras+xla"}
+    assert entry["size_bytes"] > 4 * entry["parameters"]  # float32 variables plus the graph
+    json.dumps(result)  # what --output_json writes
+    text = "\n".join(latency.format_lines(result))
+    assert f"{entry['parameters']:>13,}" in text and "compression" in text and "speedup" in text

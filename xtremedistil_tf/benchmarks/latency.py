@@ -1,0 +1,369 @@
+"""`bin/benchmark latency`: teacher vs BiLSTM students, side by side (XtremeDistil section 6.2, Table 16).
+
+One process, one run: parameters, size on disk of an exported inference SavedModel, and per-query
+latency at batch 1 (online) and batch 32 over `--queries` queries of `--seq_length` pieces, with
+compression and speedup. Both models are served the same way: `tf.function` concrete functions
+over int32 `input_ids`/`attention_mask` [B, T] returning tag probabilities, with and without XLA.
+
+Models are randomly initialised (latency and size do not depend on the weights): the teacher from
+`--teacher_config` (a name in TEACHER_CONFIGS, a JSON object or a JSON file of BertConfig fields),
+the students from `--students` as ExH pairs with the teacher's vocabulary.
+
+The students' inference graph is `fused_inference_model`: word embeddings, the BiLSTM, and the
+heads on the path to `probs` (the GELU `projection` and `softmax`, which in this package's students
+sits on the projection); the `logits` head is training-only and left out. Its BiLSTM runs both
+directions in one batched matmul per step, unrolled over the fixed query length, with the input
+matmul hoisted out of the recurrence.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+from xtremedistil_tf.data.alignment import TagVocab
+from xtremedistil_tf.io import atomic_write_json
+from xtremedistil_tf.students.layers import SequenceMask
+from xtremedistil_tf.students.models import build_bilstm_student
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """This benchmark's flags; call before flags are parsed (bin/benchmark does).
+
+    Idempotent, and a flag another command already defines with the same meaning (e.g.
+    bin/evaluate's --output_json) is shared rather than defined twice in one process.
+    """
+    definitions = [
+        ("teacher_config", "mbert-base", "latency: teacher BertConfig: a name (mbert-base), a JSON object or a JSON file."),
+        ("students", "50x200,100x400,300x600", "latency: student (E, H) pairs as ExH, comma-separated (paper Table 16)."),
+        ("output_json", "", "Also write the results here (JSON, written atomically; bin/report reads latency results)."),
+    ]
+    for name, default, help_text in definitions:
+        if name not in FLAGS:
+            flags.DEFINE_string(name, default, help_text)
+    for name, default, help_text in [("queries", 1000, "latency: queries per pass (paper: 1,000)."),
+                                     ("seq_length", 32, "latency: pieces per query, CLS and SEP included (paper: 32).")]:
+        if name not in FLAGS:
+            flags.DEFINE_integer(name, default, help_text)
+
+TEACHER_CONFIGS = {
+    # mBERT-base: 177.9M parameters with its 119,547-piece vocabulary (the paper's "179MM").
+    "mbert-base": dict(vocab_size=119547, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                       intermediate_size=3072),
+}
+LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]  # 11 piece tags, as in the paper
+BATCHES = (1, 32)
+DEFAULT_REPEATS = 1  # passes when --repeats is not given: one teacher pass at batch 1 is 70+ s
+
+
+def teacher_config(spec: str):
+    """BertConfig from a name in TEACHER_CONFIGS, a JSON object, or the path of a JSON file."""
+    from transformers import BertConfig
+
+    if spec in TEACHER_CONFIGS:
+        fields = TEACHER_CONFIGS[spec]
+    elif spec.lstrip().startswith("{"):
+        fields = json.loads(spec)
+    else:
+        fields = json.loads(Path(spec).read_text(encoding="utf-8"))
+    return BertConfig(**fields)
+
+
+def build_teacher(config, seq_length: int):
+    """A randomly initialised TokenTeacher over `config`, built for `seq_length`."""
+    from transformers import TFAutoModel
+
+    from xtremedistil_tf.teachers.model import TokenTeacher
+
+    encoder = TFAutoModel.from_config(config)
+    encoder.build_in_name_scope()
+    teacher = TokenTeacher(encoder, TagVocab(LABELS), max_seq_length=seq_length)
+    teacher.build_for_length(seq_length)
+    return teacher
+
+
+def parse_students(spec: str) -> List[Tuple[int, int]]:
+    pairs = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        e, _, h = item.lower().partition("x")
+        if not (e.isdigit() and h.isdigit()):
+            raise ValueError(f"--students: {item!r} is not ExH (e.g. 50x200)")
+        pairs.append((int(e), int(h)))
+    return pairs
+
+
+class FusedBiLSTM(tf.keras.layers.Layer):
+    """Inference-only BiLSTM over a fixed length with Keras LSTM weights (gates i, f, c, o).
+
+    Why it is faster than Bidirectional(LSTM) on CPU for short queries: the input matmul of all
+    steps and both directions is one large matmul; the two directions share each step's batched
+    recurrent matmul (T sequential steps instead of 2T); the Python-unrolled steps let XLA fuse
+    the gate arithmetic. Masked positions keep the previous state, as Keras' masked LSTM does, so
+    right-padded batches give the same outputs at real positions.
+    """
+
+    def __init__(self, units: int, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+
+    def build(self, input_shape):
+        dim, gates = int(input_shape[-1]), 4 * self.units
+        self.kernel = self.add_weight(name="kernel", shape=(2, dim, gates))
+        self.recurrent_kernel = self.add_weight(name="recurrent_kernel", shape=(2, self.units, gates))
+        self.bias = self.add_weight(name="bias", shape=(2, 1, gates))
+
+    def set_from_bidirectional(self, layer: tf.keras.layers.Bidirectional) -> None:
+        fw_kernel, fw_recurrent, fw_bias, bw_kernel, bw_recurrent, bw_bias = layer.get_weights()
+        self.set_weights([np.stack([fw_kernel, bw_kernel]), np.stack([fw_recurrent, bw_recurrent]),
+                          np.stack([fw_bias, bw_bias])[:, None, :]])
+
+    def call(self, inputs, mask=None):
+        steps = inputs.shape[1]
+        if steps is None:
+            raise ValueError("FusedBiLSTM unrolls over a fixed length: give the input a static time dimension")
+        # [2, B, T, 4H]: both directions' input projections at once; the backward one reversed in time.
+        projected = tf.einsum("btd,kdg->kbtg", inputs, self.kernel) + self.bias[:, :, None, :]
+        keep = tf.ones_like(inputs[..., :1]) if mask is None else tf.cast(mask, inputs.dtype)[..., None]
+        batch = tf.shape(inputs)[0]
+        h = c = tf.zeros(tf.stack([2, batch, self.units]), inputs.dtype)
+        forward, backward = [], []
+        for t in range(steps):
+            z = tf.stack([projected[0, :, t], projected[1, :, steps - 1 - t]]) + tf.matmul(h, self.recurrent_kernel)
+            i, f, g, o = tf.split(z, 4, axis=-1)
+            new_c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+            new_h = tf.sigmoid(o) * tf.tanh(new_c)
+            m = tf.stack([keep[:, t], keep[:, steps - 1 - t]])
+            c, h = m * new_c + (1 - m) * c, m * new_h + (1 - m) * h
+            forward.append(h[0])
+            backward.append(h[1])
+        return tf.concat([tf.stack(forward, axis=1), tf.stack(backward[::-1], axis=1)], axis=-1)
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units}
+
+
+def fused_inference_model(student: tf.keras.Model, seq_length: int) -> tf.keras.Model:
+    """The served graph of a trained BiLSTM student: {"input_ids", "attention_mask"} [B, seq_length]
+    -> {"probs"}, with the student's weights (embeddings, BiLSTM, projection, softmax)."""
+    ids = tf.keras.Input((seq_length,), dtype=tf.int32, name="input_ids")
+    attention_mask = tf.keras.Input((seq_length,), dtype=tf.int32, name="attention_mask")
+    trained = {name: student.get_layer(name) for name in ("word_embedding", "bilstm", "projection", "softmax")}
+    x = tf.keras.layers.Embedding(trained["word_embedding"].input_dim, trained["word_embedding"].output_dim,
+                                  name="word_embedding")(ids)
+    bilstm = FusedBiLSTM(trained["bilstm"].forward_layer.units, name="bilstm")
+    x = bilstm(x, mask=SequenceMask(name="sequence_mask")(attention_mask))
+    projection = tf.keras.layers.Dense(trained["projection"].units, activation="gelu", name="projection")
+    softmax = tf.keras.layers.Dense(trained["softmax"].units, use_bias=False, name="softmax")
+    probs = tf.keras.layers.Activation("softmax", name="probs")(softmax(projection(x)))
+    model = tf.keras.Model({"input_ids": ids, "attention_mask": attention_mask}, {"probs": probs},
+                           name=f"{student.name}_inference")
+    model.get_layer("word_embedding").set_weights(trained["word_embedding"].get_weights())
+    bilstm.set_from_bidirectional(trained["bilstm"])
+    projection.set_weights(trained["projection"].get_weights())
+    softmax.set_weights(trained["softmax"].get_weights())
+    return model
+
+
+def probs_fn(model, jit: bool, seq_length: int) -> Callable:
+    """(input_ids, attention_mask) -> tag probabilities [B, T, N], compiled for any batch size.
+
+    Teachers return logits (a softmax is added); students return a dict with "probs".
+    """
+    spec = tf.TensorSpec([None, seq_length], tf.int32)
+
+    def probs(input_ids, attention_mask):
+        out = model({"input_ids": input_ids, "attention_mask": attention_mask}, training=False)
+        return out["probs"] if isinstance(out, dict) else tf.nn.softmax(out)
+
+    return tf.function(probs, input_signature=[spec, spec], jit_compile=jit)
+
+
+def make_queries(vocab_size: int, count: int, seq_length: int, seed: int = 0) -> np.ndarray:
+    """[count, seq_length] int32 ids: [CLS] (101), random pieces, [SEP] (102) as in BERT vocabularies."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000 % vocab_size, vocab_size, (count, seq_length)).astype(np.int32)
+    ids[:, 0], ids[:, -1] = 101 % vocab_size, 102 % vocab_size
+    return ids
+
+
+def per_query_ms(fn: Callable, queries: np.ndarray, batch: int, repeats: int) -> float:
+    """Median over every batch of `repeats` passes over `queries` of the batch's wall time / batch.
+
+    The median of per-call times resists the load spikes of a shared machine better than a
+    pass total; the last batch wraps around to the first queries so all calls have one shape.
+    """
+    calls = -(-len(queries) // batch)
+    ids = np.resize(queries, (calls * batch, queries.shape[1]))
+    batches = [tf.constant(ids[i * batch:(i + 1) * batch]) for i in range(calls)]
+    mask = tf.ones_like(batches[0])
+    for _ in range(3):  # tracing and XLA compilation
+        fn(batches[0], mask).numpy()
+    times = []
+    for _ in range(repeats):
+        for ids_batch in batches:
+            start = time.perf_counter()
+            fn(ids_batch, mask).numpy()
+            times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times) / batch
+
+
+def saved_model_bytes(model, seq_length: int) -> int:
+    """Bytes of an inference SavedModel (one `probs` signature over ids) written to a temp dir."""
+    module = tf.Module()
+    # Only the variables are tracked: tracking the Keras model would make tf.saved_model.save
+    # serialise every layer the Keras way (slow, and not what is served).
+    module.model_variables = list(model.variables)
+    module.probs = probs_fn(model, False, seq_length)
+    with tempfile.TemporaryDirectory() as tmp:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": module.probs.get_concrete_function()})
+        return sum(p.stat().st_size for p in Path(tmp).rglob("*") if p.is_file())
+
+
+def latencies(model, queries: np.ndarray, repeats: int, modes: Dict[str, bool]) -> Dict[str, Dict[str, float]]:
+    """{"batch1": {mode: ms per query}, "batch32": {...}} for each mode name -> jit_compile."""
+    seq_length = queries.shape[1]
+    fns = {mode: probs_fn(model, jit, seq_length) for mode, jit in modes.items()}
+    return {f"batch{b}": {mode: per_query_ms(fn, queries, b, repeats) for mode, fn in fns.items()}
+            for b in BATCHES}
+
+
+def string_signature_ms(student: tf.keras.Model, vocab_size: int, queries: int, repeats: int,
+                        seq_length: int) -> Dict[str, float]:
+    """Per-query ms of the `serving_default` (raw text) signature of a SavedModel exported the way
+    bin/export does it (export.serving.NerServing around the Keras student), reloaded from disk."""
+    from xtremedistil_tf.export.serving import NerServing
+    from xtremedistil_tf.export.student import StudentMeta
+
+    # Pieces w0..wN are whole words of one piece each, so a text of seq_length - 2 words is a
+    # query of seq_length pieces with [CLS] and [SEP].
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab += [f"w{i}" for i in range(vocab_size - len(vocab))]
+    module = NerServing(student, StudentMeta(labels=LABELS), vocab)
+    rng = np.random.default_rng(0)
+    words = rng.integers(len(vocab) - 5, size=(queries, seq_length - 2))
+    texts = np.array([" ".join(f"w{i}" for i in row) for row in words], dtype=object)
+    with tempfile.TemporaryDirectory() as tmp:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve.get_concrete_function()})
+        serve = tf.saved_model.load(tmp).signatures["serving_default"]
+        result = {}
+        for batch in BATCHES:
+            calls = -(-queries // batch)
+            batches = [tf.constant(np.resize(texts, calls * batch)[i * batch:(i + 1) * batch]) for i in range(calls)]
+            result[f"batch{batch}"] = _median_call_ms(lambda b: serve(text=b)["num_words"], batches, repeats) / batch
+        return result
+
+
+def _median_call_ms(fn: Callable, batches: Sequence[tf.Tensor], repeats: int) -> float:
+    for _ in range(3):
+        fn(batches[0]).numpy()
+    times = []
+    for _ in range(repeats):
+        for batch in batches:
+            start = time.perf_counter()
+            fn(batch).numpy()
+            times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def _best(latency: Dict[str, Dict[str, float]]) -> Dict[str, Tuple[str, float]]:
+    return {b: min(modes.items(), key=lambda kv: kv[1]) for b, modes in latency.items()}
+
+
+def measure(teacher_spec: str, students: Sequence[Tuple[int, int]], queries: int, seq_length: int,
+            repeats: int, string_signature: bool = True) -> dict:
+    """All measurements as a JSON-ready dict (see `format_lines`)."""
+    config = teacher_config(teacher_spec)
+    ids = make_queries(config.vocab_size, queries, seq_length)
+    teacher = build_teacher(config, seq_length)
+    result = {"teacher": {"config": teacher_spec, "parameters": int(teacher.count_params()),
+                          "size_bytes": saved_model_bytes(teacher, seq_length),
+                          "latency_ms": latencies(teacher, ids, repeats, {"tf.function": False, "xla": True})},
+              "students": [], "queries": queries, "seq_length": seq_length, "repeats": repeats,
+              "machine": machine()}
+    del teacher
+    for e, h in students:
+        trained = build_bilstm_student(config.vocab_size, len(TagVocab(LABELS)), e, h, config.hidden_size,
+                                       name=f"student_{e}x{h}")
+        served = fused_inference_model(trained, seq_length)
+        entry = {"name": f"{e}x{h}", "embedding_dim": e, "hidden": h, "parameters": int(served.count_params()),
+                 "training_parameters": int(trained.count_params()),
+                 "size_bytes": saved_model_bytes(served, seq_length)}
+        entry["latency_ms"] = latencies(served, ids, repeats, {"fused": False, "fused+xla": True})
+        keras = latencies(trained, ids, repeats, {"keras": False, "keras+xla": True})
+        for b in BATCHES:
+            entry["latency_ms"][f"batch{b}"].update(keras[f"batch{b}"])
+        if string_signature:
+            entry["string_signature_ms"] = string_signature_ms(trained, config.vocab_size, queries, repeats,
+                                                               seq_length)
+        result["students"].append(_with_ratios(entry, result["teacher"]))
+    return result
+
+
+def _with_ratios(student: dict, teacher: dict) -> dict:
+    teacher_best, student_best = _best(teacher["latency_ms"]), _best(student["latency_ms"])
+    student["compression"] = teacher["parameters"] / student["parameters"]
+    student["size_ratio"] = teacher["size_bytes"] / student["size_bytes"]
+    for b in teacher_best:
+        student[f"speedup_{b}"] = teacher_best[b][1] / student_best[b][1]
+    return student
+
+
+def machine() -> dict:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {"tensorflow": tf.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(), "load_average": [round(x, 2) for x in load]}
+
+
+def format_lines(result: dict) -> List[str]:
+    t, m = result["teacher"], result["machine"]
+    modes = ["tf.function", "xla", "keras", "keras+xla", "fused", "fused+xla"]
+    lines = [
+        f"latency: {result['queries']} queries of {result['seq_length']} pieces, per-query ms = median over "
+        f"{result['repeats']} pass(es) of the per-call time / batch; teacher {t['config']}",
+        f"tensorflow {m['tensorflow']}, python {m['python']}, {m['cpus']} CPUs, load average at the end "
+        f"{', '.join(map(str, m['load_average']))}",
+        "parameters: of the served graph (students: embeddings + BiLSTM + projection + softmax head; "
+        "the teacher: TokenTeacher.count_params()); size: inference SavedModel on disk",
+        f"{'model':<10}{'params':>13}{'MiB':>8}  " + "".join(f"{'b1 ' + x:>15}" for x in modes),
+        f"{'':<10}{'':>13}{'':>8}  " + "".join(f"{'b32 ' + x:>15}" for x in modes),
+    ]
+    for name, entry in [("teacher", t)] + [(s["name"], s) for s in result["students"]]:
+        head = f"{name:<10}{entry['parameters']:>13,}{entry['size_bytes'] / 2**20:>8.1f}  "
+        for b in BATCHES:
+            cells = entry["latency_ms"][f"batch{b}"]
+            lines.append((head if b == 1 else " " * len(head))
+                         + "".join(f"{cells[x]:>15.3f}" if x in cells else f"{'-':>15}" for x in modes))
+    lines.append("ratios (teacher / student; latency: best mode of each):")
+    for s in result["students"]:
+        best = _best(s["latency_ms"])
+        line = (f"  {s['name']:<8} compression {s['compression']:.1f}x params ({s['training_parameters']:,} "
+                f"when training), {s['size_ratio']:.1f}x disk, speedup {s['speedup_batch1']:.1f}x at batch 1 "
+                f"({best['batch1'][0]}), {s['speedup_batch32']:.1f}x at batch 32 ({best['batch32'][0]})")
+        lines.append(line)
+        if "string_signature_ms" in s:
+            sig = s["string_signature_ms"]
+            lines.append(f"  {'':<8} exported string signature (tokenizer in graph, Keras student): "
+                         f"{sig['batch1']:.3f} ms/query at batch 1, {sig['batch32']:.3f} at batch 32")
+    return lines
+
+
+def run(repeats: int) -> List[str]:
+    define_flags()  # no-op when bin/benchmark defined them before parsing
+    # --repeats defaults to 50 for the cheap CRF benchmark; here one pass is already 1,000 calls.
+    passes = repeats if FLAGS["repeats"].present else DEFAULT_REPEATS
+    result = measure(FLAGS.teacher_config, parse_students(FLAGS.students), FLAGS.queries, FLAGS.seq_length,
+                     passes)
+    if FLAGS.output_json:
+        atomic_write_json(FLAGS.output_json, result)
+    return format_lines(result)

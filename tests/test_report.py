@@ -1,0 +1,94 @@
+"""write_report from a synthetic metrics.json (+ latency JSON): the numbers and the PNGs."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from xtremedistil_tf.report import write_report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _scores(f1s):
+    """Scores in the evaluate.py layout for {lang: f1}; precision/recall derived to be distinct."""
+    languages = {lang: {"f1": f1, "precision": f1 - 0.01, "recall": f1 + 0.01, "sentences": 10}
+                 for lang, f1 in f1s.items()}
+    mean = sum(f1s.values()) / len(f1s)
+    return {"all": {"f1": mean, "precision": mean - 0.01, "recall": mean + 0.01, "sentences": 10 * len(f1s)},
+            "languages": languages, "f1_mean": mean, "f1_std": 0.0125}
+
+
+def _latency_entry(name, parameters, compression, s1, s32):
+    return {"name": name, "parameters": parameters, "size_bytes": 2**20 * 3, "compression": compression,
+            "speedup_batch1": s1, "speedup_batch32": s32,
+            "latency_ms": {"batch1": {"fused+xla": 1.5}, "batch32": {"fused+xla": 0.2}}}
+
+
+@pytest.fixture
+def work_dir(tmp_path):
+    metrics = {
+        "teacher": {"scores": {"dev": _scores({"en": 0.91, "de": 0.87}), "test": _scores({"en": 0.9, "de": 0.86})},
+                    "parameters": 177_000_000},
+        "student": {"scores": {"dev": _scores({"en": 0.85, "de": 0.81}), "test": _scores({"en": 0.8421, "de": 0.8})},
+                    "parameters": 6_500_000},
+        "students": {"100x400": {"scores": {"test": _scores({"en": 0.86, "de": 0.84})}}},
+    }
+    latency = {"queries": 1000, "seq_length": 32,
+               "teacher": {"parameters": 177_000_000, "size_bytes": 2**20 * 700,
+                           "latency_ms": {"batch1": {"xla": 60.0}, "batch32": {"xla": 25.0}}},
+               "students": [_latency_entry("50x200", 6_500_000, 27.2, 41.0, 120.0),
+                            _latency_entry("100x400", 13_000_000, 13.6, 20.0, 50.0),
+                            _latency_entry("300x600", 40_000_000, 4.4, 5.0, 9.0)]}
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    (tmp_path / "config.json").write_text(json.dumps({"student": {"embedding_dim": 50, "hidden": 200}}))
+    (tmp_path / "latency.json").write_text(json.dumps(latency))
+    return tmp_path
+
+
+def _assert_png(path):
+    data = path.read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    # A real rendered figure, not an empty image: matplotlib draws axes, bars and text.
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(path)
+    assert pixels.shape[0] > 100 and pixels.shape[1] > 100
+    assert pixels[..., :3].std() > 0.05
+
+
+def test_report_tables_and_plots(work_dir):
+    path = write_report(work_dir)
+    text = path.read_text()
+    assert path == work_dir / "report.md"
+    # Scores: P/R/F1 of teacher and student on both splits, mean ± std over languages.
+    assert "| student | test | 0.8111 | 0.8311 | 0.8211 | 0.8211 ± 0.0125 |" in text
+    assert "| teacher | dev | 0.8800 | 0.9000 | 0.8900 |" in text
+    # Per-language F1 and parameters with compression.
+    assert "| en | 0.9100 | 0.9000 | 0.8500 | 0.8421 |" in text
+    assert "| student | 6,500,000 | 27.2x |" in text
+    # Latency table from latency.json.
+    assert "| 50x200 | 6,500,000 | 3.0 | 1.500 (fused+xla) | 0.200 (fused+xla) | 27.2x | 41.0x | 120.0x |" in text
+    assert "report_plots/figure1.png" in text and "report_plots/languages.png" in text
+    _assert_png(work_dir / "report_plots" / "figure1.png")
+    _assert_png(work_dir / "report_plots" / "languages.png")
+    assert not list(work_dir.glob("*.tmp"))
+
+
+def test_report_without_latency_or_languages(tmp_path):
+    scores = {"test": {"all": {"f1": 0.5, "precision": 0.4, "recall": 0.6, "sentences": 3}}}
+    (tmp_path / "metrics.json").write_text(json.dumps({"teacher": {"scores": scores, "parameters": 10}}))
+    text = write_report(tmp_path).read_text()
+    assert "| teacher | test | 0.4000 | 0.6000 | 0.5000 |  |" in text
+    assert "png" not in text and "Latency" not in text
+    assert not list((tmp_path / "report_plots").iterdir())
+
+
+def test_bin_report(work_dir, tmp_path):
+    latency = tmp_path / "elsewhere.json"
+    latency.write_text((work_dir / "latency.json").read_text())
+    (work_dir / "latency.json").unlink()
+    out = subprocess.run([sys.executable, "bin/report", f"--work_dir={work_dir}", f"--latency_json={latency}"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(work_dir / "report.md")
+    assert "27.2x" in (work_dir / "report.md").read_text()

@@ -105,9 +105,8 @@ def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str) ->
     # both with one scheme, so they must agree.
     if meta.scheme != normalize_scheme(scheme):
         raise ConfigError(f"{path} tags in {meta.scheme}, but --scheme={scheme}")
-    if meta.decoder != "softmax":
-        raise ConfigError(f"{path} decodes with {meta.decoder!r}; bin/evaluate scores softmax students")
-    return evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length, sentences, scheme)
+    return evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length, sentences, scheme,
+                            meta.decoder)
 
 
 def format_scores(scores: Dict) -> str:

@@ -106,10 +106,11 @@ def parse_students(spec: str) -> List[Tuple[int, int]]:
 class FusedBiLSTM(tf.keras.layers.Layer):
     """Inference-only BiLSTM over a fixed length with Keras LSTM weights (gates i, f, c, o).
 
-    Why it is faster than Bidirectional(LSTM) on CPU for short queries: the input matmul of all
-    steps and both directions is one large matmul; the two directions share each step's batched
-    recurrent matmul (T sequential steps instead of 2T); the Python-unrolled steps let XLA fuse
-    the gate arithmetic. Masked positions keep the previous state, as Keras' masked LSTM does, so
+    Meant to beat Bidirectional(LSTM) on CPU for short queries: the input matmul of all steps and
+    both directions is one large matmul; the two directions share each step's batched recurrent
+    matmul (T sequential steps instead of 2T); the Python-unrolled steps let XLA fuse the gate
+    arithmetic. On the shared 2-core VM its lead was not reproducible (docs/benchmarks.md), so the
+    benchmark times both graphs and takes the faster. Masked positions keep the previous state, as Keras' masked LSTM does, so
     right-padded batches give the same outputs at real positions.
     """
 

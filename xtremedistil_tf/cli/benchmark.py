@@ -1,6 +1,7 @@
 """bin/benchmark: timing benchmarks, one subcommand each.
 
     bin/benchmark crf [--repeats=50]
+    bin/benchmark latency [--teacher_config=mbert-base --students=50x200,100x400 --queries=1000]
 """
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ from absl import app, flags
 
 import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
 
+from xtremedistil_tf.benchmarks import latency  # noqa: E402
+
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("repeats", 50, "Timed runs per measurement (the median is printed).")
+# Flags must exist before absl parses the command line.
+latency.define_flags()
 
 
 def main(argv):

@@ -153,7 +153,11 @@ def train() -> None:
     cfg = config_from_flags()
     log_to_work_dir(cfg.work_dir)
     metrics = pipeline.run(cfg)
+    from xtremedistil_tf.report import write_report
+
+    report = write_report(cfg.work_dir)
     print(pipeline.summary_table(cfg.work_dir, metrics), file=sys.stdout, flush=True)
+    print(f"report                     {report}", file=sys.stdout, flush=True)
 
 
 def main(argv) -> None:

@@ -205,6 +205,24 @@ def _stack(rows, length, pad_piece, pad_tag, sentence_lengths) -> Windows:
     return Windows(input_ids, mask, labels, word_index, owner, sentence_index, sentence_lengths)
 
 
+def predict_by_length(windows: Windows, tags_fn, batch_size: int = 64) -> np.ndarray:
+    """Tag ids [W, L] from `tags_fn({"input_ids", "attention_mask"} [B, T]) -> [B, T]`.
+
+    Windows are batched in order of length so each batch is only as long as its longest window
+    (sentences are mostly far shorter than max_seq_length); positions past a window's length are 0.
+    Batches have at least 2 columns: CRF decoding needs a time step to scan.
+    """
+    lengths = windows.attention_mask.sum(1)
+    order = np.argsort(lengths, kind="stable")
+    out = np.zeros(windows.input_ids.shape, dtype=np.int32)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        length = max(2, int(lengths[idx].max()))
+        batch = {"input_ids": windows.input_ids[idx, :length], "attention_mask": windows.attention_mask[idx, :length]}
+        out[idx, :length] = np.asarray(tags_fn(batch))
+    return out * (np.arange(out.shape[1])[None, :] < lengths[:, None])
+
+
 def decode(windows: Windows, piece_predictions: np.ndarray, tag_vocab: TagVocab) -> List[List[str]]:
     """Stitch piece-level tag ids [W, L] back to one word label per word per sentence."""
     predictions = [["O"] * int(n) for n in windows.sentence_lengths]

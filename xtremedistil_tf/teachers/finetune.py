@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
 
-from xtremedistil_tf.data.alignment import Windows, decode, encode
+from xtremedistil_tf.data.alignment import Windows, decode, encode, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.evaluate import score_by_language
 from xtremedistil_tf.training.schedules import WarmupLinearDecay
@@ -143,17 +143,7 @@ def make_train_step(teacher, groups):
 def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.ndarray:
     """Predicted tag id per piece (argmax, or Viterbi for a CRF teacher), [W, L].
     Windows are batched by length to skip padding."""
-    tags_fn = teacher.predict_tags_fn()
-    order = np.argsort(windows.attention_mask.sum(1), kind="stable")
-    out = np.zeros(windows.input_ids.shape, dtype=np.int32)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        # At least 2 columns: every window is [CLS] ... [SEP], and CRF loops need a step to scan.
-        length = max(2, int(windows.attention_mask[idx].sum(1).max()))
-        batch = {"input_ids": windows.input_ids[idx, :length],
-                 "attention_mask": windows.attention_mask[idx, :length]}
-        out[idx, :length] = tags_fn(batch).numpy()
-    return out
+    return predict_by_length(windows, teacher.predict_tags_fn(), batch_size)
 
 
 def evaluate_teacher(teacher, tokenizer, sentences: Sequence[Sentence], scheme: str,

@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.crf import ops
-from xtremedistil_tf.data.alignment import TagVocab, Windows, decode
+from xtremedistil_tf.data.alignment import TagVocab, Windows, decode, predict_by_length
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS, loss_weighting
@@ -316,16 +316,7 @@ def crf_tags_fn(student: tf.keras.Model):
 def predict_tags_crf(student: tf.keras.Model, windows: Windows, batch_size: int = 64, tags_fn=None) -> np.ndarray:
     """Viterbi tag id per piece [W, L] (zeros past each length); windows are batched by length.
     Pass `tags_fn=crf_tags_fn(student)` to reuse one compiled function across calls."""
-    tags_fn = tags_fn or crf_tags_fn(student)
-    lengths = windows.attention_mask.sum(1)
-    order = np.argsort(lengths, kind="stable")
-    out = np.zeros(windows.input_ids.shape, dtype=np.int32)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        length = max(2, int(lengths[idx].max()))
-        batch = {"input_ids": windows.input_ids[idx, :length], "attention_mask": windows.attention_mask[idx, :length]}
-        out[idx, :length] = tags_fn(batch).numpy()
-    return out
+    return predict_by_length(windows, tags_fn or crf_tags_fn(student), batch_size)
 
 
 def make_crf_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab: TagVocab,

@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf.data.alignment import Windows
+from xtremedistil_tf.data.alignment import Windows, predict_by_length
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses.xtremedistil import (DEFAULT_REPRESENTATION_LOSS, cross_entropy, label_mask,
                                                  logit_mse, representation_loss)
@@ -303,16 +303,7 @@ def predict_tags(student: tf.keras.Model, windows: Windows, batch_size: int = 64
     predict = tf.function(lambda batch: tf.argmax(student(batch, training=False)[key], axis=-1,
                                                    output_type=tf.int32),
                           input_signature=[{"input_ids": spec, "attention_mask": spec}])
-    lengths = windows.attention_mask.sum(1)
-    order = np.argsort(lengths, kind="stable")
-    out = np.zeros(windows.input_ids.shape, dtype=np.int32)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        length = max(1, int(lengths[idx].max()))
-        batch = {"input_ids": windows.input_ids[idx, :length],
-                 "attention_mask": windows.attention_mask[idx, :length]}
-        out[idx, :length] = predict(batch).numpy()
-    return out
+    return predict_by_length(windows, predict, batch_size)
 
 
 def make_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab, scheme: str = "IOB2",

@@ -24,20 +24,37 @@ def _check_count(losses, num_losses, name):
         raise ConfigError(f"{name} was built for {num_losses} losses but got {count}")
 
 
-@tf.keras.utils.register_keras_serializable(package="xtremedistil_tf")
-class UncertaintyWeighting(tf.keras.layers.Layer):
-    """L = sum_i lambda_i L_i - 1/2 sum_i log lambda_i (Cipolla et al. 2018; multi-grained KD Eq. 9).
-
-    lambda_i = exp(s_i) with the trainable `log_lambdas` s_i (initialised to 0, lambda = 1), so
-    lambda_i > 0 without constraints and the regulariser is just -1/2 sum_i s_i. At the optimum
-    lambda_i = 1 / (2 L_i): a loss that is large (noisy) gets a small weight.
-    """
+class _LossWeighting(tf.keras.layers.Layer):
+    """What both weightings share: the loss count, output shape and config."""
 
     def __init__(self, num_losses, **kwargs):
         super().__init__(**kwargs)
         if int(num_losses) < 1:
             raise ConfigError(f"num_losses must be at least 1; got {num_losses}")
         self.num_losses = int(num_losses)
+
+    def _stacked(self, losses):
+        losses = _stack(losses)
+        _check_count(losses, self.num_losses, self.name)
+        return losses
+
+    def compute_output_shape(self, input_shape):
+        return tf.TensorShape(input_shape)[:-1]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_losses=self.num_losses)
+        return config
+
+
+@tf.keras.utils.register_keras_serializable(package="xtremedistil_tf")
+class UncertaintyWeighting(_LossWeighting):
+    """L = sum_i lambda_i L_i - 1/2 sum_i log lambda_i (Cipolla et al. 2018; multi-grained KD Eq. 9).
+
+    lambda_i = exp(s_i) with the trainable `log_lambdas` s_i (initialised to 0, lambda = 1), so
+    lambda_i > 0 without constraints and the regulariser is just -1/2 sum_i s_i. At the optimum
+    lambda_i = 1 / (2 L_i): a loss that is large (noisy) gets a small weight.
+    """
 
     def build(self, input_shape):
         self.log_lambdas = self.add_weight(name="log_lambdas", shape=[self.num_losses],
@@ -50,46 +67,20 @@ class UncertaintyWeighting(tf.keras.layers.Layer):
         return tf.exp(self.log_lambdas)
 
     def call(self, losses):
-        losses = _stack(losses)
-        _check_count(losses, self.num_losses, self.name)
-        weighted = tf.reduce_sum(tf.exp(self.log_lambdas) * losses, axis=-1)
+        weighted = tf.reduce_sum(tf.exp(self.log_lambdas) * self._stacked(losses), axis=-1)
         return weighted - 0.5 * tf.reduce_sum(self.log_lambdas)
-
-    def compute_output_shape(self, input_shape):
-        return tf.TensorShape(input_shape)[:-1]
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_losses=self.num_losses)
-        return config
 
 
 @tf.keras.utils.register_keras_serializable(package="xtremedistil_tf")
-class EqualWeighting(tf.keras.layers.Layer):
+class EqualWeighting(_LossWeighting):
     """L = sum_i L_i (the paper's "equal" baseline, Table 3); no weights, lambdas are all 1."""
-
-    def __init__(self, num_losses, **kwargs):
-        super().__init__(**kwargs)
-        if int(num_losses) < 1:
-            raise ConfigError(f"num_losses must be at least 1; got {num_losses}")
-        self.num_losses = int(num_losses)
 
     @property
     def lambdas(self):
         return tf.ones([self.num_losses], tf.float32)
 
     def call(self, losses):
-        losses = _stack(losses)
-        _check_count(losses, self.num_losses, self.name)
-        return tf.reduce_sum(losses, axis=-1)
-
-    def compute_output_shape(self, input_shape):
-        return tf.TensorShape(input_shape)[:-1]
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_losses=self.num_losses)
-        return config
+        return tf.reduce_sum(self._stacked(losses), axis=-1)
 
 
 LOSS_WEIGHTINGS = {"uncertainty": UncertaintyWeighting, "equal": EqualWeighting}

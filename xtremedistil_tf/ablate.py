@@ -12,6 +12,8 @@ own resumable step dir, so a killed ablation resumes at the first unfinished str
 D0 trains one student per language on that language's labeled windows, selected on that
 language's dev windows, and scores each language with its own student. With one language (or
 none) D0 is a single student, the same as D0-S.
+
+The multi-grained method's ablation (its paper's Tables 1-3) is ablate_multigrained.py.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import logging
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -41,17 +43,30 @@ def strategy_step(name: str) -> str:
     return f"{ABLATE_DIR}/{name}"
 
 
-def check_strategies(names: Sequence[str]) -> List[str]:
-    """Validate before anything trains, so a typo does not surface after hours of teacher work."""
+def check_names(names: Sequence[str], flag: str, lookup: Callable[[str], object], example: str) -> List[str]:
+    """`names` of --<flag>, each known to `lookup` (which raises ConfigError otherwise), none twice."""
     names = list(names)
     if not names:
-        raise ConfigError("--strategies is empty; give e.g. D0,D0-S,D4.2")
+        raise ConfigError(f"--{flag} is empty; give e.g. {example}")
     for name in names:
-        get_strategy(name)
+        lookup(name)
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise ConfigError(f"--strategies names {repeated} more than once")
+        raise ConfigError(f"--{flag} names {repeated} more than once")
     return names
+
+
+def check_strategies(names: Sequence[str]) -> List[str]:
+    """Validate before anything trains, so a typo does not surface after hours of teacher work."""
+    return check_names(names, "strategies", get_strategy, "D0,D0-S,D4.2")
+
+
+def upstream_steps(cfg: pipeline.RunConfig) -> Tuple[WorkDir, dict]:
+    """(work dir, fingerprint): the data, teacher and teacher-output steps every student reads, run once."""
+    work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
+    fingerprint = pipeline.step_data(work, cfg)
+    fingerprint = pipeline.step_teacher(work, cfg, fingerprint)
+    return work, pipeline.step_transfer(work, cfg, fingerprint)
 
 
 def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str]) -> str:
@@ -60,11 +75,9 @@ def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str]) -> str:
     if cfg.student is None:
         raise ConfigError("an ablation distils students; drop --nostudent")
     if cfg.student.method != "xtremedistil":
-        raise ConfigError(f"--strategies are XtremeDistil's; --method={cfg.student.method} has none")
-    work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
-    fingerprint = pipeline.step_data(work, cfg)
-    fingerprint = pipeline.step_teacher(work, cfg, fingerprint)
-    fingerprint = pipeline.step_transfer(work, cfg, fingerprint)
+        raise ConfigError(f"--strategies are XtremeDistil's; --method={cfg.student.method} compares --variants "
+                          "(ablate_multigrained.run_variants)")
+    work, fingerprint = upstream_steps(cfg)
     languages = train_languages(work)
     for name in strategies:
         strategy_cfg = replace(cfg, student=replace(cfg.student, strategy=name))

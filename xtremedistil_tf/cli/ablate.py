@@ -1,12 +1,17 @@
-"""bin/ablate: distil every chosen strategy from one teacher and one teacher-output cache.
+"""bin/ablate: distil every chosen strategy (or multi-grained variant) from one teacher and one
+teacher-output cache.
 
     bin/ablate --flagfile=configs/wikiann.flags --data_dir=/path/to/wikiann --langs=en,de \
         --work_dir=runs/ablate --strategies=D0,D0-S,D4.2
+    bin/ablate --flagfile=configs/msra.flags --data_dir=/path/to/msra --work_dir=runs/msra-ablate \
+        --variants=vanilla,TE,TE+SEQ,TE+DA,TE+DA+SEQ
 
-Takes every flag of bin/train (defined by importing xtremedistil_tf.cli.train; --strategy is
-replaced by each of --strategies in turn). Rerunning the same command resumes at the first
-unfinished strategy. Writes <work_dir>/ablation.md (docs/ablation.md explains the tables) and
-prints its Table 3.
+Takes every flag of bin/train (defined by importing xtremedistil_tf.cli.train). With
+--method=xtremedistil, --strategy is replaced by each of --strategies in turn; with
+--method=multigrained, each of --variants sets --student_embeddings, --mg_losses,
+--loss_weighting and --use_unlabeled. Rerunning the same command resumes at the first
+unfinished student. Writes <work_dir>/ablation.md (docs/ablation.md explains the tables) and
+prints its Table 3 (XtremeDistil) or the whole report (multi-grained).
 """
 from __future__ import annotations
 
@@ -15,23 +20,40 @@ import sys
 from absl import app, flags
 
 from xtremedistil_tf.ablate import ALL_STRATEGIES
+from xtremedistil_tf.ablate_multigrained import DEFAULT_VARIANTS, VARIANTS
 from xtremedistil_tf.cli import train as train_cli
 from xtremedistil_tf.cli.common import log_to_work_dir, run_main
+from xtremedistil_tf.errors import ConfigError
 
 FLAGS = flags.FLAGS
 
 flags.DEFINE_list("strategies", list(ALL_STRATEGIES),
-                  f"Strategies to compare, in report order; any of {', '.join(ALL_STRATEGIES)}.")
+                  f"--method=xtremedistil: strategies to compare, in report order; any of {', '.join(ALL_STRATEGIES)}.")
+flags.DEFINE_list("variants", list(DEFAULT_VARIANTS),
+                  "--method=multigrained: students to compare, in run order (default: every row of the paper's "
+                  f"Tables 1-3); any of {', '.join(v.name for v in VARIANTS)}.")
+
+
+def _refuse_other_method_flag() -> None:
+    used, other = ("variants", "strategies") if FLAGS.method == "multigrained" else ("strategies", "variants")
+    if FLAGS[other].present:
+        raise ConfigError(f"--{other} does not apply to --method={FLAGS.method}; use --{used}")
 
 
 def ablate() -> None:
     from xtremedistil_tf.ablate import check_strategies, run_ablation, table3_markdown
+    from xtremedistil_tf.ablate_multigrained import check_variants, run_variants
 
-    strategies = check_strategies(FLAGS.strategies)
+    _refuse_other_method_flag()
+    multigrained = FLAGS.method == "multigrained"
+    names = check_variants(FLAGS.variants) if multigrained else check_strategies(FLAGS.strategies)
     cfg = train_cli.config_from_flags()
     log_to_work_dir(cfg.work_dir)
-    run_ablation(cfg, strategies)
-    print(table3_markdown(cfg.work_dir, strategies), file=sys.stdout, flush=True)
+    if multigrained:
+        print(run_variants(cfg, names), file=sys.stdout, flush=True)
+    else:
+        run_ablation(cfg, names)
+        print(table3_markdown(cfg.work_dir, names), file=sys.stdout, flush=True)
     print(f"\nfull report: {cfg.work_dir}/ablation.md", file=sys.stdout, flush=True)
 
 

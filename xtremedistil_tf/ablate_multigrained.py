@@ -1,0 +1,230 @@
+"""Multi-grained ablation over one work dir: Tables 1-3 of Zhou et al. (NAACL 2021) for your data.
+
+`bin/ablate --method=multigrained` runs the data, teacher (BERT+CRF) and teacher-output (k-best
+surrogates) steps once, then distils one BiLSTM+CRF (or transformer+CRF) student per variant
+from the same cache, each its own resumable step (`ablate.py` does the same for XtremeDistil's
+strategies):
+
+    work_dir/ablate/<variant>/step.json   scores on dev/test, MultiGrainedHistory, timings
+    work_dir/ablate/<variant>/            the saved CRF student (training/student_run.py layout)
+    work_dir/ablation.md                  Tables 1-3 (rewritten on each run: it is a summary)
+
+A variant is data: the four StudentConfig fields it sets (embeddings, losses, loss_weighting,
+use_unlabeled). Every other student setting (K, epochs, sizes, rates) comes from the flags.
+SEQ is the paper's L^u_Seq-all (Eq. 8-9): hard + seq_fuzzy + seq_ce.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from xtremedistil_tf import pipeline
+from xtremedistil_tf.ablate import REPORT, _pct, _summary_f1, _table, check_names, strategy_step, upstream_steps
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import atomic_write_text
+from xtremedistil_tf.workdir import WorkDir
+
+log = logging.getLogger(__name__)
+
+HARD = ("hard",)
+TOKEN_EM = ("hard", "token_em")
+TOKEN_POS = ("hard", "token_pos")
+SEQ = ("hard", "seq_fuzzy", "seq_ce")                                  # L^u_Seq-all (Eq. 8)
+ALL = ("hard", "seq_fuzzy", "seq_ce", "token_em", "token_pos")
+EQUAL = "@equal"                                                       # name suffix of equal weighting
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One student of the ablation: the StudentConfig fields it overrides."""
+
+    name: str
+    losses: Tuple[str, ...]
+    unlabeled: bool                  # DA: the unlabeled transfer windows join the labeled ones
+    embeddings: str = "teacher"      # TE: the teacher's word embeddings, frozen; vanilla: random
+    weighting: str = "uncertainty"   # Eq. 9 (auto), or equal (Table 3)
+    default: bool = True             # in the default --variants
+
+    def overrides(self) -> dict:
+        return {"embeddings": self.embeddings, "losses": self.losses, "use_unlabeled": self.unlabeled,
+                "loss_weighting": self.weighting}
+
+
+def _equal(variant: Variant, default: bool = True) -> Variant:
+    return replace(variant, name=variant.name + EQUAL, weighting="equal", default=default)
+
+
+_T1 = (Variant("vanilla", HARD, False, embeddings="random"),
+       Variant("vanilla+DA", HARD, True, embeddings="random", default=False),
+       Variant("TE", HARD, False),
+       Variant("TE+TOKEN-EM", TOKEN_EM, False),
+       Variant("TE+TOKEN-POS", TOKEN_POS, False),
+       Variant("TE+SEQ", SEQ, False),
+       Variant("TE+DA", HARD, True),
+       Variant("TE+DA+TOKEN-EM", TOKEN_EM, True),
+       Variant("TE+DA+TOKEN-POS", TOKEN_POS, True),
+       Variant("TE+DA+SEQ", SEQ, True))
+_T2 = (Variant("TE+DA+SEQ+TOKEN-POS", SEQ + ("token_pos",), True),
+       Variant("TE+DA+SEQ-FUZZY", ("hard", "seq_ce"), True),
+       Variant("TE+DA+SEQ-CE", ("hard", "seq_fuzzy"), True),
+       Variant("TE+DA+ALL", ALL, True))
+_TE_ALL = Variant("TE+ALL", ALL, False, default=False)   # Table 3's all-loss row without DA
+_BY_NAME = {v.name: v for v in _T1 + _T2}
+_T3 = (_TE_ALL, _equal(_BY_NAME["TE+SEQ"]), _equal(_BY_NAME["TE+DA+SEQ"]), _equal(_TE_ALL, default=False),
+       _equal(_BY_NAME["TE+DA+ALL"]))
+
+VARIANTS: Tuple[Variant, ...] = _T1 + _T2 + _T3
+DEFAULT_VARIANTS = tuple(v.name for v in VARIANTS if v.default)
+
+# What each table lists, in this order (only the variants of the run appear).
+TABLE1 = tuple(v.name for v in _T1)                                  # paper's Table 1 (+ vanilla+DA)
+TABLE2 = ("TE+DA+SEQ", "TE+DA+SEQ+TOKEN-POS", "TE+DA+SEQ-FUZZY", "TE+DA+SEQ-CE",   # paper's Table 2 rows,
+          "TE+DA", "TE+DA+TOKEN-EM", "TE+DA+TOKEN-POS", "TE+DA+ALL")             # then more combinations
+TABLE3 = tuple((v.name[:-len(EQUAL)], v.name) for v in _T3 if v.weighting == "equal")   # (auto, equal) pairs
+VANILLA = "vanilla"
+TEACHER_ROW = "BERT+CRF (teacher)"
+
+
+def get_variant(name: str) -> Variant:
+    for variant in VARIANTS:
+        if variant.name == name:
+            return variant
+    raise ConfigError(f"unknown variant {name!r}; expected one of {', '.join(v.name for v in VARIANTS)}")
+
+
+def check_variants(names: Sequence[str]) -> List[str]:
+    """Validate before anything trains, so a typo does not surface after hours of teacher work."""
+    return check_names(names, "variants", get_variant, "vanilla,TE,TE+DA+SEQ")
+
+
+def check_config(cfg: pipeline.RunConfig) -> None:
+    """The run must cache the CRF teacher's k-best paths for the student's K."""
+    sc = cfg.student
+    if sc is None:
+        raise ConfigError("an ablation distils students; drop --nostudent")
+    if sc.method != "multigrained":
+        raise ConfigError(f"--variants are the multi-grained method's; --method={sc.method} compares --strategies")
+    if cfg.teacher.head != "crf":
+        raise ConfigError(f"the multi-grained variants distil a CRF teacher's k-best paths, but "
+                          f"--teacher_head={cfg.teacher.head}; add --teacher_head=crf")
+    if cfg.transfer.kbest < sc.kbest:
+        raise ConfigError(f"the students use K={sc.kbest} surrogates but the teacher-output cache keeps "
+                          f"{cfg.transfer.kbest}; set --kbest for both")
+
+
+def run_variants(cfg: pipeline.RunConfig, variants: Sequence[str]) -> str:
+    """Run (or resume) the multi-grained ablation; writes and returns the markdown report."""
+    variants = check_variants(variants)
+    check_config(cfg)
+    work, fingerprint = upstream_steps(cfg)
+    if work.step_info("data").get("transfer_sentences", 0) == 0 and any(get_variant(n).unlabeled for n in variants):
+        log.warning("no unlabeled transfer sentences (--transfer_file): the +DA variants see the labeled windows only")
+    for name in variants:
+        variant_cfg = replace(cfg, student=replace(cfg.student, **get_variant(name).overrides()))
+        pipeline.step_student(work, variant_cfg, fingerprint, strategy_step(name))
+    report = ablation_report(work, variants)
+    atomic_write_text(work.path(REPORT), report)
+    return report
+
+
+# ----------------------------------------------------------------------------- report
+
+def _f1(info: Optional[dict], split: str) -> Optional[float]:
+    scores = None if info is None else info["scores"].get(split)
+    return None if scores is None else _summary_f1(scores)
+
+
+def _delta(value: Optional[float], reference: Optional[float]) -> str:
+    return "–" if value is None or reference is None else f"{100 * (value - reference):+.2f}"
+
+
+def _losses(variant: Variant) -> str:
+    return " + ".join(variant.losses)
+
+
+def table1(teacher_scores: Dict[str, dict], results: Dict[str, dict]) -> List[str]:
+    """Dev and test F1 of the teacher and each Table 1 variant, and the gain over vanilla."""
+    vanilla = results.get(VANILLA)
+    header = ["model", "dev F1", "↑ dev", "test F1", "↑ test"]
+
+    def row(model: str, info: dict) -> List[str]:
+        cells = []
+        for split in ("dev", "test"):
+            cells += [_pct(_f1(info, split)), _delta(_f1(info, split), _f1(vanilla, split))]
+        return [model, *cells]
+
+    rows = [row(TEACHER_ROW, {"scores": teacher_scores})]
+    rows += [row(name, results[name]) for name in TABLE1 if name in results]
+    return _table(header, rows)
+
+
+def table2(results: Dict[str, dict]) -> List[str]:
+    """Loss combinations on TE+DA: dev F1, test precision, recall and F1, the gain over vanilla."""
+    vanilla = _f1(results.get(VANILLA), "test")
+    header = ["model", "losses", "dev F1", "test P", "test R", "test F1", "↑ test"]
+    rows = []
+    for name in TABLE2:
+        if name in results:
+            test = results[name]["scores"].get("test", {}).get("all", {})
+            f1 = _f1(results[name], "test")
+            rows.append([name, _losses(get_variant(name)), _pct(_f1(results[name], "dev")),
+                         _pct(test.get("precision")), _pct(test.get("recall")), _pct(f1), _delta(f1, vanilla)])
+    return _table(header, rows)
+
+
+def table3(results: Dict[str, dict]) -> List[str]:
+    """Uncertainty (auto, Eq. 9) against equal weighting of the same losses, without and with DA."""
+    header = ["losses", "DA", "auto dev", "auto test", "equal dev", "equal test", "auto − equal (test)"]
+    rows = []
+    for auto, equal in TABLE3:
+        if auto in results or equal in results:
+            a, e = results.get(auto), results.get(equal)
+            variant = get_variant(auto)
+            rows.append([_losses(variant), "yes" if variant.unlabeled else "no", _pct(_f1(a, "dev")),
+                         _pct(_f1(a, "test")), _pct(_f1(e, "dev")), _pct(_f1(e, "test")),
+                         _delta(_f1(a, "test"), _f1(e, "test"))])
+    return _table(header, rows)
+
+
+def _lambdas(history: dict) -> str:
+    """The loss weights of the kept (best) epoch; the starting weights when no epoch beat them."""
+    if not history["best_epoch"]:
+        return "start"
+    lambdas = history["epochs"][history["best_epoch"] - 1]["lambdas"]
+    return ", ".join(f"{name} {value:.3g}" for name, value in lambdas.items())
+
+
+def runs_table(results: Dict[str, dict]) -> List[str]:
+    """What each variant set and how its training went, in run order."""
+    header = ["model", "embeddings", "losses", "weighting", "DA", "best epoch / run", "λ (best epoch)", "train s"]
+    rows = []
+    for name, info in results.items():
+        v, history = get_variant(name), info["history"]
+        rows.append([name, v.embeddings, _losses(v), v.weighting, "yes" if v.unlabeled else "no",
+                     f"{history['best_epoch']} / {len(history['epochs'])}", _lambdas(history),
+                     f"{info['train_seconds']:.0f}"])
+    return _table(header, rows)
+
+
+def render_report(root, data_info: dict, teacher_scores: Dict[str, dict], results: Dict[str, dict]) -> str:
+    """The markdown of ablation.md from the data step's counts, the teacher's and the variants' step infos."""
+    counts = ", ".join(f"{data_info.get(f'{split}_sentences', 0):,} {split}" for split in ("train", "dev", "test"))
+    unlabeled = data_info.get("transfer_sentences", 0)
+    lines = ["# Multi-grained distillation ablation", "", f"Work dir: `{root}`", "",
+             f"Sentences: {counts}; {unlabeled:,} unlabeled transfer sentences (DA)"
+             + (" — none, so +DA variants train on the labeled windows only." if not unlabeled else "."), "",
+             "F1 (%) is entity F1 (the mean across languages when sentences carry one); ↑ is the gain over "
+             "`vanilla` in points (– without a vanilla run). P and R are pooled over all sentences.", "",
+             "## Table 1: embeddings, distillation losses and data augmentation", "", *table1(teacher_scores, results),
+             "", "## Table 2: loss combinations (TE+DA)", "", *table2(results),
+             "", "## Table 3: uncertainty (auto) against equal loss weighting", "", *table3(results),
+             "", "## Variants", "",
+             "Each student's settings, the epoch kept (best dev F1; 0: no epoch beat the starting weights) "
+             "out of the epochs run, and the loss weights λ of that epoch.", "", *runs_table(results)]
+    return "\n".join(lines) + "\n"
+
+
+def ablation_report(work: WorkDir, variants: Sequence[str]) -> str:
+    results = {name: work.step_info(strategy_step(name)) for name in variants}
+    return render_report(work.root, work.step_info("data"), work.step_info("teacher")["scores"], results)

@@ -1,4 +1,5 @@
-"""Entity-level scores with seqeval, over words (never word pieces), overall and per language.
+"""Entity-level scores with seqeval, over words (never word pieces), overall and per language;
+and class scores for sentence classification.
 
 Tags of any scheme are converted to IOB2 first so seqeval's default (CoNLL) span rules apply
 the same way to WikiAnn (IOB2) and MSRA (BMES).
@@ -6,7 +7,7 @@ the same way to WikiAnn (IOB2) and MSRA (BMES).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
 from seqeval.metrics import f1_score, precision_score, recall_score
@@ -31,16 +32,39 @@ def entity_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], 
     }
 
 
-def score_by_language(gold, pred, langs: Sequence[Optional[str]], scheme: str = "IOB2") -> Dict:
+def class_scores(gold: Sequence[str], pred: Sequence[str]) -> Dict:
+    """Sentence classification: accuracy (the paper's Table 10 metric) and macro-averaged
+    precision, recall and F1 over the gold classes (a class never predicted scores 0)."""
+    if len(gold) != len(pred):
+        raise ValueError(f"{len(gold)} gold labels but {len(pred)} predicted")
+    gold, pred = np.asarray(gold, dtype=object), np.asarray(pred, dtype=object)
+    per_class = []
+    for label in sorted(set(gold)):
+        hits = float(np.sum((pred == label) & (gold == label)))
+        precision = hits / max(1, int(np.sum(pred == label)))
+        recall = hits / max(1, int(np.sum(gold == label)))
+        per_class.append((precision, recall, 2 * precision * recall / (precision + recall) if hits else 0.0))
+    macro = np.mean(per_class, axis=0) if per_class else np.zeros(3)
+    return {"accuracy": float(np.mean(gold == pred)) if len(gold) else 0.0, "precision": float(macro[0]),
+            "recall": float(macro[1]), "f1": float(macro[2]), "sentences": len(gold)}
+
+
+def score_by_language(gold, pred, langs: Sequence[Optional[str]], scheme: str = "IOB2",
+                      scorer: Optional[Callable[[Sequence, Sequence], Dict]] = None) -> Dict:
     """Overall scores, plus per-language scores and the mean and standard deviation of F1
-    across languages (the papers' summary) when sentences carry a language."""
-    result = {"all": entity_scores(gold, pred, scheme)}
+    across languages (the papers' summary) when sentences carry a language.
+
+    `scorer(gold, pred)` defaults to entity scores under `scheme`; `class_scores` for classification."""
+    if scorer is None:
+        def scorer(g, p):
+            return entity_scores(g, p, scheme)
+    result = {"all": scorer(gold, pred)}
     groups = defaultdict(list)
     for i, lang in enumerate(langs):
         if lang is not None:
             groups[lang].append(i)
     if groups:
-        per = {lang: entity_scores([gold[i] for i in idx], [pred[i] for i in idx], scheme)
+        per = {lang: scorer([gold[i] for i in idx], [pred[i] for i in idx])
                for lang, idx in sorted(groups.items())}
         f1s = np.array([s["f1"] for s in per.values()])
         result["languages"] = per

@@ -20,6 +20,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+import numpy as np
+
+from xtremedistil_tf.data.classification import class_labels_of
 from xtremedistil_tf.data.loading import SPLITS, DataConfig, labels_of, load_splits, read_jsonl, write_jsonl
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_json, read_json
@@ -29,6 +32,7 @@ from xtremedistil_tf.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 
+CLASSIFICATION = "classification"
 MINILM_ALIAS = "minilm"
 RANDOM_ALIAS = "random"
 
@@ -89,7 +93,7 @@ def step_data(work: WorkDir, cfg: RunConfig):
                               "sentences; both must be non-empty")
         for name in SPLITS:
             write_jsonl(splits[name], tmp / f"{name}.jsonl")
-        labels = labels_of(splits, cfg.data.scheme)
+        labels = class_labels_of(splits) if cfg.data.task == CLASSIFICATION else labels_of(splits, cfg.data.scheme)
         atomic_write_json(tmp / "labels.json", labels)
         return {"labels": labels, **{f"{k}_sentences": len(v) for k, v in splits.items()}}
 
@@ -117,7 +121,8 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
     fingerprint["teacher"]["finetune"].pop("progress", None)
 
     def build(tmp: Path) -> dict:
-        from xtremedistil_tf.teachers.finetune import evaluate_teacher, finetune
+        from xtremedistil_tf.teachers.classifier import finetune_sequence_teacher
+        from xtremedistil_tf.teachers.finetune import finetune
 
         splits = load_data(work)
         path, random_init = _teacher_source(work, cfg, splits)
@@ -126,11 +131,14 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
         teacher, tokenizer = _build_teacher(cfg, path, labels, random_init, overrides)
         teacher.check_layer(tc.layer)  # before fine-tuning, not after it
         start = time.time()
-        result = finetune(teacher, tokenizer, splits["train"], splits["dev"], cfg.data.scheme,
-                          _with_progress(tc.finetune, cfg.progress))
+        finetune_config = _with_progress(tc.finetune, cfg.progress)
+        if cfg.data.task == CLASSIFICATION:
+            result = finetune_sequence_teacher(teacher, tokenizer, splits["train"], splits["dev"], finetune_config)
+        else:
+            result = finetune(teacher, tokenizer, splits["train"], splits["dev"], cfg.data.scheme, finetune_config)
         seconds = time.time() - start
         teacher.save(tmp / "model", tokenizer)
-        scores = {split: evaluate_teacher(teacher, tokenizer, splits[split], cfg.data.scheme)
+        scores = {split: _evaluate_teacher(cfg, teacher, tokenizer, splits[split])
                   for split in ("dev", "test") if splits[split]}
         return {"history": result.history, "best_epoch": result.best_epoch, "train_seconds": seconds,
                 "parameters": int(teacher.count_params()), "scores": scores}
@@ -139,11 +147,26 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
     return fingerprint
 
 
+def _evaluate_teacher(cfg: RunConfig, teacher, tokenizer, sentences) -> dict:
+    from xtremedistil_tf.teachers.classifier import evaluate_sequence_teacher
+    from xtremedistil_tf.teachers.finetune import evaluate_teacher
+
+    if cfg.data.task == CLASSIFICATION:
+        return evaluate_sequence_teacher(teacher, tokenizer, sentences)
+    return evaluate_teacher(teacher, tokenizer, sentences, cfg.data.scheme)
+
+
 def _build_teacher(cfg: RunConfig, path: str, labels, random_init: bool, overrides: dict):
+    from xtremedistil_tf.teachers.classifier import build_sequence_teacher
     from xtremedistil_tf.teachers.crf_head import build_crf_teacher
     from xtremedistil_tf.teachers.model import build_teacher
 
     tc = cfg.teacher
+    if cfg.data.task == CLASSIFICATION:
+        if tc.head != "softmax":
+            raise ConfigError(f"--teacher_head={tc.head} tags tokens; sentence classification "
+                              f"(--data_format={cfg.data.format}) takes the softmax head")
+        return build_sequence_teacher(path, labels, tc.max_seq_length, tc.dropout, random_init, overrides)
     if tc.head == "crf":
         return build_crf_teacher(path, labels, cfg.data.scheme, tc.max_seq_length, tc.dropout, tc.embedding_dropout,
                                  random_init, overrides)
@@ -157,22 +180,35 @@ def _with_progress(config: FinetuneConfig, progress: bool) -> FinetuneConfig:
 
 
 def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprint: dict, teacher, tokenizer) -> dict:
+    """Cache the teacher's outputs over `sentences` under step dir `name`; returns (info, the
+    sentence index of each cached example)."""
     from xtremedistil_tf.data.alignment import encode
+    from xtremedistil_tf.data.classification import encode_texts
+    from xtremedistil_tf.teachers.classifier import write_sequence_outputs
     from xtremedistil_tf.teachers.multigrained_outputs import write_multigrained_outputs
     from xtremedistil_tf.teachers.outputs import write_teacher_outputs
 
-    windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     start = time.time()
     common = dict(shard_size=cfg.transfer.shard_size, batch_size=cfg.transfer.batch_size,
                   hidden_dtype=cfg.transfer.hidden_dtype, progress=cfg.progress, overwrite=cfg.overwrite)
+    if cfg.data.task == CLASSIFICATION:
+        # One example per text: example i is sentence i.
+        windows = encode_texts(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+        common["dtypes"] = {"hidden": common.pop("hidden_dtype")}
+        manifest = write_sequence_outputs(teacher, windows, work.path(name), cfg.teacher.layer, fingerprint, **common)
+        return _cache_info(sentences, len(windows), manifest, start), np.arange(len(windows))
+    windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     if cfg.transfer.kbest:
         manifest = write_multigrained_outputs(teacher, windows, work.path(name), cfg.transfer.kbest, fingerprint,
                                               layer=cfg.teacher.layer, **common)
     else:
         manifest = write_teacher_outputs(teacher, windows, work.path(name), cfg.teacher.layer, fingerprint, **common)
-    info = {"sentences": len(sentences), "windows": len(windows), "seconds_this_run": time.time() - start,
-            "bytes": manifest["total_bytes"], "bytes_per_1000": 1000 * manifest["total_bytes"] / len(windows)}
-    return info, windows
+    return _cache_info(sentences, len(windows), manifest, start), windows.sentence_index
+
+
+def _cache_info(sentences, examples: int, manifest: dict, start: float) -> dict:
+    return {"sentences": len(sentences), "windows": examples, "seconds_this_run": time.time() - start,
+            "bytes": manifest["total_bytes"], "bytes_per_1000": 1000 * manifest["total_bytes"] / max(1, examples)}
 
 
 def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict):
@@ -188,9 +224,10 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict):
     teacher, tokenizer = load_teacher(work.path("teacher") / "model")
     teacher.check_layer(cfg.teacher.layer)
     train = splits["train"]
-    info, windows = _write_cache(work, cfg, "transfer", train + splits["transfer"], fingerprint, teacher, tokenizer)
+    info, sentence_index = _write_cache(work, cfg, "transfer", train + splits["transfer"], fingerprint, teacher,
+                                        tokenizer)
     # Windows follow sentence order, so the labeled ones come first.
-    info["train_windows"] = int((windows.sentence_index < len(train)).sum())
+    info["train_windows"] = int((sentence_index < len(train)).sum())
     info["dev"] = _write_cache(work, cfg, "transfer_dev", splits["dev"], fingerprint, teacher, tokenizer)[0]
     work.mark_done("transfer", fingerprint, info)
     return fingerprint
@@ -213,6 +250,8 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
         teacher, tokenizer = load_teacher(work.path("teacher") / "model")
         train_windows = work.step_info("transfer")["train_windows"]
         start = time.time()
+        if cfg.data.task == CLASSIFICATION:
+            return _classifier_student(work, cfg, teacher, tokenizer, splits, train_windows, tmp)
         if sc.method == "multigrained":
             student, history = distil_multigrained(sc, teacher, tokenizer, work.path("transfer"), train_windows,
                                                    splits["dev"], cfg.data.scheme)
@@ -231,6 +270,24 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
 
     work.run_step(name, fingerprint, build)
     return fingerprint
+
+
+def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, splits, train_texts: int, tmp: Path):
+    from xtremedistil_tf.export.student import CLASSIFIER
+    from xtremedistil_tf.training.classification import distil_classifier, evaluate_classifier_student
+    from xtremedistil_tf.training.student_run import save_student
+
+    start = time.time()
+    student, history = distil_classifier(cfg.student, teacher, tokenizer, work.path("transfer"),
+                                         work.path("transfer_dev"), train_texts, splits["dev"], cfg.progress)
+    seconds = time.time() - start
+    scores = {split: evaluate_classifier_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
+                                                 splits[split])
+              for split in ("dev", "test") if splits[split]}
+    save_student(tmp, student, cfg.student.architecture, tokenizer, teacher.tag_vocab, cfg.data.scheme,
+                 teacher.max_seq_length, CLASSIFIER)
+    return {"history": history.to_dict(), "train_seconds": seconds, "scores": scores,
+            "parameters": int(student.count_params())}
 
 
 def step_metrics(work: WorkDir) -> dict:

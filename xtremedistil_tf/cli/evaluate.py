@@ -23,14 +23,16 @@ from typing import Dict, List, Sequence, Tuple
 from absl import app, flags
 
 from xtremedistil_tf.cli.common import define_common_flags, run_main
+from xtremedistil_tf.data.loading import DATA_FORMATS
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.export.student import CLASSIFIER
 
 FLAGS = flags.FLAGS
 
 flags.DEFINE_string("model", "", "Saved teacher dir (teacher.json) or student dir (student.json).")
 # The data flags of bin/train (cli/train.py), with the same names and defaults.
-flags.DEFINE_enum("data_format", "conll", ["conll", "char_bmes", "wikiann", "xtremedistil_tsv", "demo"],
+flags.DEFINE_enum("data_format", "conll", list(DATA_FORMATS),
                   "Input format.")
 flags.DEFINE_string("data_dir", "", "Directory the data files are relative to (wikiann: <data_dir>/<lang>/<split>).")
 flags.DEFINE_string("test_file", "", "Labeled file to score (wikiann: the split file in each language folder, "
@@ -85,11 +87,15 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str) -> Dic
         raise ConfigError("no labeled sentences to score")
     kind, path = model_kind(directory)
     if kind == "teacher":
+        from xtremedistil_tf.teachers.classifier import SequenceTeacher, evaluate_sequence_teacher
         from xtremedistil_tf.teachers.finetune import evaluate_teacher
         from xtremedistil_tf.teachers.model import load_teacher
 
         teacher, tokenizer = load_teacher(path)
-        scores = evaluate_teacher(teacher, tokenizer, sentences, scheme)
+        if isinstance(teacher, SequenceTeacher):
+            scores = evaluate_sequence_teacher(teacher, tokenizer, sentences)
+        else:
+            scores = evaluate_teacher(teacher, tokenizer, sentences, scheme)
     else:
         scores = _evaluate_student(path, sentences, scheme)
     return {"model": str(path), "kind": kind, "scheme": scheme, **scores}
@@ -101,6 +107,11 @@ def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str) ->
     from xtremedistil_tf.training.student_run import evaluate_student, load_student
 
     model, meta, tokenizer = load_student(path)
+    if meta.decoder == CLASSIFIER:
+        from xtremedistil_tf.data.classification import ClassVocab
+        from xtremedistil_tf.training.classification import evaluate_classifier_student
+
+        return evaluate_classifier_student(model, tokenizer, ClassVocab(meta.labels), meta.max_seq_length, sentences)
     # Predicted tags are in the student's scheme and gold tags in --scheme; scoring converts
     # both with one scheme, so they must agree.
     if meta.scheme != normalize_scheme(scheme):
@@ -112,7 +123,8 @@ def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str) ->
 def format_scores(scores: Dict) -> str:
     a = scores["all"]
     lines = [f"{scores['kind']} {scores['model']} on {a['sentences']:,} sentences",
-             f"precision {a['precision']:.4f}  recall {a['recall']:.4f}  F1 {a['f1']:.4f}"]
+             f"precision {a['precision']:.4f}  recall {a['recall']:.4f}  F1 {a['f1']:.4f}"
+             + (f"  accuracy {a['accuracy']:.4f}  (classes, macro-averaged)" if "accuracy" in a else "")]
     for lang, s in scores.get("languages", {}).items():
         lines.append(f"  {lang:<8} F1 {s['f1']:.4f}  P {s['precision']:.4f}  R {s['recall']:.4f}  "
                      f"({s['sentences']:,} sentences)")

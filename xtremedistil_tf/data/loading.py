@@ -19,11 +19,13 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_text
 
 SPLITS = ("train", "dev", "test", "transfer")
+DATA_FORMATS = ("conll", "char_bmes", "wikiann", "xtremedistil_tsv", "demo", "label_tsv")
+CLASSIFICATION_FORMATS = ("label_tsv",)
 
 
 @dataclass
 class DataConfig:
-    format: str = "conll"            # conll | char_bmes | wikiann | xtremedistil_tsv | demo
+    format: str = "conll"            # one of DATA_FORMATS; label_tsv makes the run sentence classification
     data_dir: str = ""
     train_file: str = "train"
     dev_file: str = ""               # empty: hold out dev_fraction of train
@@ -43,6 +45,11 @@ class DataConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def task(self) -> str:
+        """"classification" for sentence-label data, "tagging" otherwise."""
+        return "classification" if self.format in CLASSIFICATION_FORMATS else "tagging"
 
 
 def _path(cfg: DataConfig, name: str) -> Path:
@@ -103,7 +110,8 @@ def labels_of(splits: Dict[str, List[Sentence]], scheme: str) -> List[str]:
 
 def write_jsonl(sentences: List[Sentence], path) -> None:
     lines = (json.dumps({"tokens": list(s.tokens), "tags": list(s.tags) if s.tags is not None else None,
-                         "lang": s.lang}, ensure_ascii=False) for s in sentences)
+                         "lang": s.lang,
+                         **({"label": s.label} if s.label is not None else {})}, ensure_ascii=False) for s in sentences)
     atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 

@@ -341,12 +341,35 @@ def read_unlabeled(path: PathLike, char_level: bool = False, lang: Optional[str]
     return _require_sentences(path, sentences, "one sentence per line")
 
 
+def read_label_tsv(path: PathLike, lang: Optional[str] = None, **_token_options) -> list[Sentence]:
+    """Sentence classification: `LABEL<TAB>text` per line (the paper's section 6.6 data); blank
+    lines are skipped. The text is split into words on whitespace; the label is kept as written.
+
+    Token-tagging options (scheme, strict_tags) do not apply and are ignored.
+    """
+    sentences = []
+    for lineno, line in _open_lines(path):
+        if not line.strip():
+            continue
+        label, tab, text = line.partition("\t")
+        if not tab:
+            raise DataFormatError(path, lineno, "no tab; expected 'LABEL<TAB>text'")
+        if not label.strip():
+            raise DataFormatError(path, lineno, "empty label before the tab; expected 'LABEL<TAB>text'")
+        tokens = text.split()
+        if not tokens:
+            raise DataFormatError(path, lineno, f"label {label!r} has no text after the tab; expected 'LABEL<TAB>text'")
+        sentences.append(Sentence(tokens, None, lang, label.strip()))
+    return _require_sentences(path, sentences, "'LABEL<TAB>text' lines")
+
+
 READERS: dict[str, Callable[..., list[Sentence]]] = {
     "conll": read_conll,
     "char_bmes": read_char_bmes,
     "wikiann": read_wikiann,
     "xtremedistil_tsv": read_xtremedistil_tsv,
     "unlabeled": read_unlabeled,
+    "label_tsv": read_label_tsv,
 }
 
 

@@ -7,9 +7,10 @@ from typing import Optional
 
 @dataclass(frozen=True)
 class Sentence:
-    """A tokenized sentence with optional per-token tags and language.
+    """A tokenized sentence with optional per-token tags, language and sentence label.
 
-    `tags` is None for unlabeled text (transfer sets). Lists are accepted and
+    `tags` is None for unlabeled text (transfer sets). `label` is the class of the whole
+    sentence in sentence-classification data (`label<TAB>text` files), None otherwise. Lists are accepted and
     stored as tuples so a Sentence is hashable and cannot be mutated by
     downstream code that shares it between splits.
     """
@@ -17,6 +18,7 @@ class Sentence:
     tokens: tuple[str, ...]
     tags: Optional[tuple[str, ...]] = None
     lang: Optional[str] = None
+    label: Optional[str] = None
 
     def __post_init__(self) -> None:
         # frozen=True forbids normal assignment; object.__setattr__ is the

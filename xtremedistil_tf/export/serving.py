@@ -22,7 +22,7 @@ from xtremedistil_tf.crf import ops as crf_ops
 from xtremedistil_tf.data.alignment import PAD_TAG
 from xtremedistil_tf.data.schemes import split_tag
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.export.student import StudentMeta, load_student_dir
+from xtremedistil_tf.export.student import CLASSIFIER, StudentMeta, load_student_dir
 from xtremedistil_tf.io import atomic_dir
 
 # Prefix codes of a word's tag for span decoding; I- and M- (BMES) are the same "inside".
@@ -137,6 +137,9 @@ class NerServing(tf.Module):
 
     def __init__(self, model: tf.keras.Model, config: StudentMeta, vocab: List[str]):
         super().__init__(name="ner_serving")
+        if config.decoder == CLASSIFIER:
+            raise ConfigError("this student is a sentence classifier; bin/export serves taggers only. Load it "
+                              "with tf.keras.models.load_model(<student_dir>/model) after import xtremedistil_tf")
         self._keras = _Untracked(model=model)
         self.student_variables = list(model.variables)
         self.config = config

@@ -3,7 +3,8 @@
     student_dir/model/       the Keras model, `model.save(dir)` (SavedModel format)
     student_dir/student.json {"format_version": 1, "labels", "tags", "scheme", "lower_case",
                               "max_seq_length", "architecture": "bilstm"|"transformer",
-                              "decoder": "softmax"|"crf"}
+                              "decoder": "softmax"|"crf"|"classes"}
+                             ("classes": a sentence classifier; its tags are its classes)
     student_dir/vocab.txt    the teacher tokenizer's WordPiece vocabulary, one piece a line
 """
 from __future__ import annotations
@@ -24,12 +25,14 @@ from xtremedistil_tf.io import atomic_write_json, read_json
 
 FORMAT_VERSION = 1
 ARCHITECTURES = ("bilstm", "transformer")
-DECODERS = ("softmax", "crf")
+DECODERS = ("softmax", "crf", "classes")
+CLASSIFIER = "classes"
 
 
 @dataclass
 class StudentMeta:
-    """student.json. `tags` are TagVocab(labels).tags: the ids the model's outputs index."""
+    """student.json. `tags` are the ids the model's outputs index: TagVocab(labels).tags for
+    taggers, the labels themselves for a classifier."""
 
     labels: List[str]
     scheme: str = "IOB2"
@@ -41,7 +44,7 @@ class StudentMeta:
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self):
-        expected = TagVocab(self.labels).tags
+        expected = list(self.labels) if self.decoder == CLASSIFIER else TagVocab(self.labels).tags
         if not self.tags:
             self.tags = expected
         if list(self.tags) != expected:

@@ -23,7 +23,6 @@ it. Windows of long sentences are cut at word boundaries, possibly mid-entity. S
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -152,9 +151,10 @@ class CRFTokenTeacher(TokenTeacher):
         with atomic_dir(directory) as tmp:
             super().save(tmp, tokenizer)
             np.savez(tmp / "crf.npz", transitions=self.crf.raw_transitions.numpy())
-            meta = json.loads((tmp / "teacher.json").read_text(encoding="utf-8"))
-            meta.update(head=HEAD_TYPE, scheme=self.scheme, embedding_dropout=self.embedding_dropout_rate)
-            (tmp / "teacher.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+
+    def meta(self) -> dict:
+        return {**super().meta(), "head": HEAD_TYPE, "scheme": self.scheme,
+                "embedding_dropout": self.embedding_dropout_rate}
 
 
 def build_crf_teacher(name_or_path: str, labels: Sequence[str], scheme: str, max_seq_length: int = 128,

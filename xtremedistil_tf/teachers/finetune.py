@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -50,20 +50,30 @@ class FinetuneResult:
     best_dev_f1: float = -1.0
 
 
-def trim_to_longest(batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+def trim_to_longest(batch: Dict[str, tf.Tensor], keys: Optional[Sequence[str]] = None) -> Dict[str, tf.Tensor]:
     """Drop the padding columns no row of the batch uses (sentences are mostly far shorter
-    than max_seq_length, so this is most of the compute)."""
+    than max_seq_length, so this is most of the compute).
+
+    `keys`: the [B, T, ...] entries to cut; by default every entry of rank >= 2 (per-sentence
+    entries such as a class id [B] stay whole)."""
     length = tf.reduce_max(tf.reduce_sum(batch["attention_mask"], axis=1))
     length = tf.maximum(length, 1)
-    return {k: v[:, :length] for k, v in batch.items()}
+    if keys is None:
+        keys = [k for k, v in batch.items() if v.shape.rank >= 2]
+    return {k: v[:, :length] if k in keys else v for k, v in batch.items()}
 
 
 def windows_dataset(windows: Windows, batch_size: int, shuffle: bool, seed: int = 0) -> tf.data.Dataset:
-    data = {"input_ids": windows.input_ids, "attention_mask": windows.attention_mask,
-            "label_ids": windows.label_ids}
+    return arrays_dataset({"input_ids": windows.input_ids, "attention_mask": windows.attention_mask,
+                           "label_ids": windows.label_ids}, batch_size, shuffle, seed)
+
+
+def arrays_dataset(data: Dict[str, np.ndarray], batch_size: int, shuffle: bool, seed: int = 0) -> tf.data.Dataset:
+    """Batches of `data` (arrays with one row per example), trimmed to each batch's longest row."""
     ds = tf.data.Dataset.from_tensor_slices(data)
+    n = len(next(iter(data.values())))
     if shuffle:
-        ds = ds.shuffle(len(windows), seed=seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
     return ds.batch(batch_size).map(trim_to_longest).prefetch(tf.data.AUTOTUNE)
 
 
@@ -123,12 +133,14 @@ def _adamw(peak, total_steps, warmup, weight_decay):
     return optimizer
 
 
-def make_train_step(teacher, groups):
-    """One compiled step on the teacher's own loss (`teacher.loss`), one optimizer per group."""
+def make_train_step(teacher, groups, label_shape=(None, None)):
+    """One compiled step on the teacher's own loss (`teacher.loss`), one optimizer per group.
+    `label_shape`: [B, T] piece tags, or [B] (None,) for sentence classes."""
     variables = [v for _, vs in groups for v in vs]
     spec = tf.TensorSpec([None, None], tf.int32)
+    labels = tf.TensorSpec(label_shape, tf.int32)
 
-    @tf.function(input_signature=[{"input_ids": spec, "attention_mask": spec, "label_ids": spec}])
+    @tf.function(input_signature=[{"input_ids": spec, "attention_mask": spec, "label_ids": labels}])
     def train_step(batch):
         with tf.GradientTape() as tape:
             loss = teacher.loss(batch, training=True)
@@ -160,17 +172,23 @@ def finetune(teacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Senten
     `patience` epochs without improvement, and leave the best weights in the teacher."""
     tf.keras.utils.set_random_seed(config.seed)
     windows = encode(train, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    steps = -(-len(windows) // config.batch_size)
+    dataset = windows_dataset(windows, config.batch_size, shuffle=True, seed=config.seed)
+    return train_with_early_stopping(teacher, dataset, len(windows),
+                                     lambda: evaluate_teacher(teacher, tokenizer, dev, scheme)["all"]["f1"], config)
+
+
+def train_with_early_stopping(teacher, dataset: tf.data.Dataset, num_examples: int, dev_f1: Callable[[], float],
+                              config: FinetuneConfig, label_shape=(None, None)) -> FinetuneResult:
+    """The fine-tuning loop of any teacher head: epochs over `dataset` (batches with label_ids of
+    `label_shape`), `dev_f1()` after each, best weights kept, `patience` epochs without gain stop it."""
+    steps = -(-num_examples // config.batch_size)
     if config.max_steps_per_epoch:
         steps = min(steps, config.max_steps_per_epoch)
-    train_step = make_train_step(teacher, parameter_groups(teacher, config, steps * config.epochs))
-    dataset = windows_dataset(windows, config.batch_size, shuffle=True, seed=config.seed)
+    train_step = make_train_step(teacher, parameter_groups(teacher, config, steps * config.epochs), label_shape)
     result, best_weights, stale = FinetuneResult(), None, 0
     for epoch in range(config.epochs):
         losses = _run_epoch(train_step, dataset.take(steps), steps, epoch, config)
-        dev_scores = evaluate_teacher(teacher, tokenizer, dev, scheme)
-        record = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)),
-                  "dev_f1": dev_scores["all"]["f1"]}
+        record = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "dev_f1": float(dev_f1())}
         result.history.append(record)
         log.info("teacher epoch %d: train loss %.4f, dev F1 %.4f", epoch + 1, record["train_loss"], record["dev_f1"])
         if record["dev_f1"] > result.best_dev_f1:

@@ -101,10 +101,15 @@ class TokenTeacher(tf.keras.Model):
         """The encoder's input word-embedding matrix [vocab, hidden] (students reuse or SVD-reduce it)."""
         return self.encoder.get_input_embeddings().weights[0].numpy()
 
+    @staticmethod
+    def vocab_of(labels: Sequence[str]):
+        """The head's output ids for `labels` (piece tags here; classes for a sentence head)."""
+        return TagVocab(labels)
+
     @classmethod
     def from_meta(cls, encoder, meta: dict) -> "TokenTeacher":
         """A teacher around `encoder` with the settings saved in teacher.json."""
-        return cls(encoder, TagVocab(meta["labels"]), meta["max_seq_length"], meta["dropout"])
+        return cls(encoder, cls.vocab_of(meta["labels"]), meta["max_seq_length"], meta["dropout"])
 
     def load_head(self, directory) -> None:
         """Restore the head's weights written by `save`."""
@@ -119,10 +124,13 @@ class TokenTeacher(tf.keras.Model):
             tokenizer.save_pretrained(str(tmp / "encoder"))
             kernel, bias = self.classifier.get_weights()
             np.savez(tmp / "head.npz", kernel=kernel, bias=bias)
-            meta = {"format_version": FORMAT_VERSION, "labels": self.tag_vocab.labels,
-                    "max_seq_length": self.max_seq_length, "dropout": self.dropout_rate,
-                    "model_type": self.encoder.config.model_type}
-            (tmp / "teacher.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+            (tmp / "teacher.json").write_text(json.dumps(self.meta(), indent=2), encoding="utf-8")
+
+    def meta(self) -> dict:
+        """What teacher.json records (subclasses add their head's settings)."""
+        return {"format_version": FORMAT_VERSION, "labels": self.tag_vocab.labels,
+                "max_seq_length": self.max_seq_length, "dropout": self.dropout_rate,
+                "model_type": self.encoder.config.model_type}
 
 
 def load_encoder(name_or_path: str, random_init: bool = False, config_overrides: Optional[dict] = None):
@@ -170,17 +178,17 @@ def _check_local_dir(name_or_path: str, need_weights: bool) -> None:
 
 def build_teacher(name_or_path: str, labels: Sequence[str], max_seq_length: int = 128,
                   dropout: float = 0.1, random_init: bool = False,
-                  config_overrides: Optional[dict] = None):
-    """A fresh teacher (pretrained encoder, new head) and its tokenizer."""
+                  config_overrides: Optional[dict] = None, teacher_class=TokenTeacher):
+    """A fresh teacher (pretrained encoder, new head of `teacher_class`) and its tokenizer."""
     encoder = load_encoder(name_or_path, random_init, config_overrides)
-    teacher = TokenTeacher(encoder, TagVocab(labels), max_seq_length, dropout)
+    teacher = teacher_class(encoder, teacher_class.vocab_of(labels), max_seq_length, dropout)
     teacher.build_for_length()
     return teacher, load_tokenizer(name_or_path)
 
 
 def load_teacher(directory):
-    """Reload a teacher written by `TokenTeacher.save` or `CRFTokenTeacher.save` (teacher.json says
-    which); returns (teacher, tokenizer)."""
+    """Reload a teacher written by `TokenTeacher.save`, `CRFTokenTeacher.save` or
+    `SequenceTeacher.save` (teacher.json says which); returns (teacher, tokenizer)."""
     from transformers import TFAutoModel
 
     directory = Path(directory)
@@ -193,6 +201,8 @@ def load_teacher(directory):
     cls = TokenTeacher
     if meta.get("head") == "crf":
         from xtremedistil_tf.teachers.crf_head import CRFTokenTeacher as cls
+    elif meta.get("task") == "classification":
+        from xtremedistil_tf.teachers.classifier import SequenceTeacher as cls
     teacher = cls.from_meta(TFAutoModel.from_pretrained(str(directory / "encoder")), meta)
     teacher.build_for_length()
     teacher.load_head(directory)

@@ -186,7 +186,19 @@ def _select(ds: tf.data.Dataset, keys: Sequence[str], what: str, stage: Stage) -
     if missing:
         raise ConfigError(f"stage '{stage.name}' needs {missing} in the {what} set, which has "
                           f"{sorted(have)} (the dev set needs teacher outputs for distillation stages)")
-    return ds.map(lambda b: {k: b[k] for k in keys}).map(trim_to_longest)
+    # Sentence-level targets ([B] classes, [B, C] logits, [B, H] states) have no time axis to trim.
+    time_keys = INPUT_KEYS if _sentence_level(ds) else None
+
+    def select_and_trim(batch):
+        return trim_to_longest({k: batch[k] for k in keys}, time_keys)
+
+    return ds.map(select_and_trim)
+
+
+def _sentence_level(ds: tf.data.Dataset) -> bool:
+    """Whether the batches carry one label per text ([B]) rather than per piece ([B, T])."""
+    spec = ds.element_spec
+    return "label_ids" in spec and spec["label_ids"].shape.rank < spec["input_ids"].shape.rank
 
 
 def _stage_data(stage: Stage, sources: Dict[str, tf.data.Dataset], dev_ds: tf.data.Dataset):

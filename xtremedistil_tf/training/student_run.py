@@ -103,6 +103,15 @@ def distil_config(cfg: StudentConfig, tag_vocab: TagVocab, progress: bool = Fals
                         representation_loss=cfg.representation_loss, verbose=2 if progress else 0)
 
 
+def staged_datasets(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_examples: int):
+    """(labeled train, whole transfer set, dev) batches from the caches for the staged loop; the
+    labeled examples are the first `train_examples` of the transfer cache."""
+    transfer = read_sharded(transfer_dir)
+    train_ds = batched(transfer.take(train_examples), cfg.batch_size, shuffle_buffer=train_examples, seed=cfg.seed)
+    transfer_ds = batched(transfer, cfg.batch_size, shuffle_buffer=min(50_000, 10 * cfg.batch_size), seed=cfg.seed)
+    return train_ds, transfer_ds, batched(read_sharded(dev_cache_dir), cfg.batch_size)
+
+
 def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
            dev: Sequence[Sentence], scheme: str, progress: bool = False):
     """Distil a new student with the configured strategy; returns (student, history).
@@ -113,10 +122,7 @@ def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, 
     """
     tf.keras.utils.set_random_seed(cfg.seed)
     student = build_student(cfg, teacher, scheme)
-    transfer = read_sharded(transfer_dir)
-    train_ds = batched(transfer.take(train_windows), cfg.batch_size, shuffle_buffer=train_windows, seed=cfg.seed)
-    transfer_ds = batched(transfer, cfg.batch_size, shuffle_buffer=min(50_000, 10 * cfg.batch_size), seed=cfg.seed)
-    dev_ds = batched(read_sharded(dev_cache_dir), cfg.batch_size)
+    train_ds, transfer_ds, dev_ds = staged_datasets(cfg, transfer_dir, dev_cache_dir, train_windows)
     dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     evaluate_fn = make_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,

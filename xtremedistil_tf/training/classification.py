@@ -1,0 +1,80 @@
+"""Distil a sentence-classification student (paper section 6.6) with any XtremeDistil strategy.
+
+The same staged loop as tagging (training/staged.py) runs on the BiLSTM classifier of
+students/models.py, whose last states feed projection, logit regressor and softmax; the cache
+(teachers/classifier.py) holds per text the teacher's class logits and its [CLS] state at
+`--teacher_layer`. Steps are selected on dev loss; dev macro-F1 is recorded per step.
+"""
+from __future__ import annotations
+
+from typing import Dict, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from xtremedistil_tf.data.classification import ClassVocab, encode_texts, predict_by_length_texts
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.students.models import build_bilstm_classifier
+from xtremedistil_tf.teachers.classifier import score_texts
+from xtremedistil_tf.training.staged import EvaluateFn, train_student
+from xtremedistil_tf.training.student_run import StudentConfig, distil_config, staged_datasets, student_embeddings
+
+HEAD_OUTPUTS = {"softmax": "probs", "logits": "logits"}
+
+
+def build_classifier_student(cfg: StudentConfig, teacher) -> tf.keras.Model:
+    """The BiLSTM classifier for `teacher`'s pieces and classes (embeddings as `cfg.embeddings`)."""
+    if cfg.architecture != "bilstm":
+        raise ConfigError(f"sentence classification has a BiLSTM student only; got --student_architecture="
+                          f"{cfg.architecture}")
+    if cfg.method != "xtremedistil":
+        raise ConfigError(f"--method={cfg.method} is for CRF taggers; sentence classification uses xtremedistil")
+    matrix = teacher.word_embeddings()
+    embeddings, frozen = student_embeddings(cfg, matrix)
+    return build_bilstm_classifier(
+        vocab_size=matrix.shape[0], num_classes=len(teacher.tag_vocab), hidden=cfg.hidden, dropout=cfg.dropout,
+        embedding_dim=matrix.shape[1] if cfg.embeddings == "teacher" else cfg.embedding_dim,
+        teacher_hidden=teacher.hidden_size, embeddings=embeddings, freeze_embeddings=frozen)
+
+
+def predict_classes(student: tf.keras.Model, arrays, head: str = "softmax", batch_size: int = 64) -> np.ndarray:
+    """Class ids [N] from the `softmax` (probs) or `logits` head."""
+    if head not in HEAD_OUTPUTS:
+        raise ConfigError(f"head must be 'softmax' or 'logits', got {head!r}")
+    key = HEAD_OUTPUTS[head]
+    spec = tf.TensorSpec([None, None], tf.int32)
+    classes = tf.function(lambda batch: tf.argmax(student(batch, training=False)[key], axis=-1, output_type=tf.int32),
+                          input_signature=[{"input_ids": spec, "attention_mask": spec}], reduce_retracing=True)
+    return predict_by_length_texts(arrays, classes, batch_size)
+
+
+def make_dev_class_f1(sentences: Sequence[Sentence], tokenizer, vocab: ClassVocab, max_seq_length: int) -> EvaluateFn:
+    """An `evaluate_fn` for `train_student`: macro-F1 of a head's classes on dev."""
+    arrays = encode_texts(sentences, tokenizer, vocab, max_seq_length)
+
+    def dev_f1(student: tf.keras.Model, head: str) -> float:
+        return score_texts(vocab, sentences, predict_classes(student, arrays, head))["all"]["f1"]
+
+    return dev_f1
+
+
+def distil_classifier(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_texts: int,
+                      dev: Sequence[Sentence], progress: bool = False):
+    """Distil a new classifier with the configured strategy; returns (student, history).
+
+    The labeled texts are the first `train_texts` examples of the transfer cache, as for tagging."""
+    tf.keras.utils.set_random_seed(cfg.seed)
+    student = build_classifier_student(cfg, teacher)
+    train_ds, transfer_ds, dev_ds = staged_datasets(cfg, transfer_dir, dev_cache_dir, train_texts)
+    evaluate_fn = make_dev_class_f1(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
+                            distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn)
+    return student, history
+
+
+def evaluate_classifier_student(student: tf.keras.Model, tokenizer, vocab: ClassVocab, max_seq_length: int,
+                                sentences: Sequence[Sentence]) -> Dict:
+    """Accuracy and macro P/R/F1 of the student's softmax head, overall and per language."""
+    arrays = encode_texts(sentences, tokenizer, vocab, max_seq_length)
+    return score_texts(vocab, sentences, predict_classes(student, arrays))

@@ -21,3 +21,7 @@ class DataFormatError(XtremeDistilError, ValueError):
 
 class ConfigError(XtremeDistilError, ValueError):
     """Flags or configuration that cannot work together."""
+
+
+class WorkDirError(XtremeDistilError):
+    """A step's artifact could not be written (a full disk, a read-only dir); nothing of it was kept."""

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Optional
 
-from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.errors import ConfigError, WorkDirError
 from xtremedistil_tf.io import atomic_dir, atomic_write_json, read_json
 
 log = logging.getLogger(__name__)
@@ -71,10 +71,15 @@ class WorkDir:
             log.info("step %s: done already (%s), skipped", name, self.path(name))
             return self.path(name)
         log.info("step %s: running", name)
-        with atomic_dir(self.path(name)) as tmp:
-            info = build(tmp) or {}
-            atomic_write_json(tmp / STEP_FILE, {"hash": fingerprint_hash(fingerprint),
-                                                "fingerprint": fingerprint, "info": info})
+        try:
+            with atomic_dir(self.path(name)) as tmp:
+                info = build(tmp) or {}
+                atomic_write_json(tmp / STEP_FILE, {"hash": fingerprint_hash(fingerprint),
+                                                    "fingerprint": fingerprint, "info": info})
+        except OSError as e:  # a full disk, a read-only dir: atomic_dir has removed the half-written step
+            where = f" ({e.filename})" if e.filename else ""
+            raise WorkDirError(f"step {name} failed: {e.strerror or e}{where}; nothing of it was kept in "
+                               f"{self.path(name)} (rerun the same command once fixed)") from e
         return self.path(name)
 
     def mark_done(self, name: str, fingerprint: dict, info: Optional[dict] = None) -> None:

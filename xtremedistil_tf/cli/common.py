@@ -39,8 +39,16 @@ def run_main(body: Callable[[], None]) -> None:
     logging.getLogger().setLevel(logging.DEBUG if FLAGS.verbose else logging.INFO)
     try:
         body()
-    except (XtremeDistilError, FileNotFoundError, PermissionError, OSError) as e:
+    except (XtremeDistilError, OSError) as e:
         if FLAGS.verbose:
             raise
-        print(f"error: {e}", file=sys.stderr, flush=True)
+        print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
         sys.exit(2)
+
+
+def one_line(error: Exception) -> str:
+    """The error as one line: `path: reason` for an OSError (a full disk, a read-only dir),
+    continuation lines of a longer message joined with '; '."""
+    if isinstance(error, OSError) and error.strerror and error.filename:
+        return f"{error.filename}: {error.strerror}"
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())

@@ -10,7 +10,7 @@ import sys
 
 from absl import app, flags
 
-from xtremedistil_tf.cli.common import define_common_flags, log_to_work_dir, run_main
+from xtremedistil_tf.cli.common import define_common_flags, log_to_work_dir, one_line, run_main
 from xtremedistil_tf.data.loading import DATA_FORMATS, DataConfig
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
@@ -102,17 +102,54 @@ flags.DEFINE_bool("overwrite", False, "Replace artifacts in --work_dir made by a
 
 define_common_flags()
 
+# The least value of each size, count or index (smaller ones would fail deep inside training).
+LEAST_VALUES = {**dict.fromkeys(("teacher_epochs", "teacher_batch_size", "shard_size", "transfer_batch_size",
+                                 "student_embedding_dim", "student_hidden", "student_depth", "student_heads",
+                                 "student_ffn", "epochs_per_layer", "student_batch_size", "student_epochs"), 1),
+                **dict.fromkeys(("teacher_layer", "max_steps_per_epoch", "patience", "student_patience"), 0),
+                "max_seq_length": 3}   # [CLS], one piece, [SEP]
 
-def config_from_flags():
-    from xtremedistil_tf.pipeline import RunConfig, TeacherConfig, TransferConfig
-    from xtremedistil_tf.training.student_run import StudentConfig
+
+def check_flags() -> dict:
+    """Flag values and combinations that cannot work, found before any file is read or written;
+    returns the parsed --teacher_config_overrides."""
+    from xtremedistil_tf.teachers.multigrained_outputs import check_kbest
 
     if not FLAGS.work_dir:
         raise ConfigError("--work_dir is required")
+    for name, least in LEAST_VALUES.items():
+        if FLAGS[name].value < least:
+            raise ConfigError(f"--{name}={FLAGS[name].value}; expected at least {least}")
     try:
         overrides = json.loads(FLAGS.teacher_config_overrides)
     except json.JSONDecodeError as e:
         raise ConfigError(f"--teacher_config_overrides is not valid JSON: {e}") from None
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"--teacher_config_overrides={FLAGS.teacher_config_overrides}; expected a JSON object "
+                          'such as \'{"num_hidden_layers": 4}\'')
+    if FLAGS.student and FLAGS.method == "multigrained":
+        if FLAGS.teacher_head != "crf":
+            raise ConfigError("--method=multigrained distils from a CRF teacher's k-best paths: add --teacher_head=crf")
+        check_kbest(FLAGS.kbest)
+    return overrides
+
+
+def check_teacher(teacher) -> None:
+    """A local --teacher dir against the flags: config.json, weights, --teacher_layer, --max_seq_length."""
+    from xtremedistil_tf.pipeline import RANDOM_ALIAS, resolve_teacher_path
+    from xtremedistil_tf.teachers.model import check_teacher_dir
+
+    if teacher.name != RANDOM_ALIAS:
+        check_teacher_dir(resolve_teacher_path(teacher.name), not teacher.random_init, teacher.layer,
+                          teacher.max_seq_length, teacher.config_overrides)
+
+
+def config_from_flags():
+    from xtremedistil_tf.data.loading import check_data_config
+    from xtremedistil_tf.pipeline import RunConfig, TeacherConfig, TransferConfig
+    from xtremedistil_tf.training.student_run import StudentConfig
+
+    overrides = check_flags()
     data = DataConfig(format=FLAGS.data_format, data_dir=FLAGS.data_dir, train_file=FLAGS.train_file,
                       dev_file=FLAGS.dev_file, test_file=FLAGS.test_file, langs=list(FLAGS.langs),
                       dev_fraction=FLAGS.dev_fraction, test_fraction=FLAGS.test_fraction,
@@ -126,13 +163,13 @@ def config_from_flags():
                               warmup_fraction=FLAGS.warmup_fraction, weight_decay=FLAGS.weight_decay,
                               layer_decay=FLAGS.layer_decay, patience=FLAGS.patience, seed=FLAGS.seed,
                               max_steps_per_epoch=FLAGS.max_steps_per_epoch or None)
+    check_data_config(data)
     multigrained = FLAGS.student and FLAGS.method == "multigrained"
-    if multigrained and FLAGS.teacher_head != "crf":
-        raise ConfigError("--method=multigrained distils from a CRF teacher's k-best paths: add --teacher_head=crf")
     teacher = TeacherConfig(name=FLAGS.teacher, random_init=FLAGS.teacher_random_init, config_overrides=overrides,
                             head=FLAGS.teacher_head, max_seq_length=FLAGS.max_seq_length,
                             dropout=FLAGS.teacher_dropout, embedding_dropout=FLAGS.teacher_embedding_dropout,
                             layer=FLAGS.teacher_layer, finetune=finetune)
+    check_teacher(teacher)
     transfer = TransferConfig(shard_size=FLAGS.shard_size, batch_size=FLAGS.transfer_batch_size,
                               hidden_dtype=FLAGS.hidden_dtype, kbest=FLAGS.kbest if multigrained else 0)
     student = StudentConfig(
@@ -153,7 +190,10 @@ def train() -> None:
     from xtremedistil_tf import pipeline
 
     cfg = config_from_flags()
-    log_to_work_dir(cfg.work_dir)
+    try:
+        log_to_work_dir(cfg.work_dir)
+    except OSError as e:  # a read-only or misplaced work dir, found before any step runs
+        raise ConfigError(f"--work_dir={cfg.work_dir} cannot be written: {one_line(e)}") from None
     metrics = pipeline.run(cfg)
     from xtremedistil_tf.report import write_report
 

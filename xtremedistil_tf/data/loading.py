@@ -57,17 +57,34 @@ def _path(cfg: DataConfig, name: str) -> Path:
     return path if path.is_absolute() or not cfg.data_dir else Path(cfg.data_dir) / path
 
 
+def check_data_config(cfg: DataConfig) -> None:
+    """Flag combinations that cannot work, found before any file is read."""
+    if cfg.format == "wikiann" and not cfg.langs:
+        raise ConfigError("--data_format=wikiann needs --langs (e.g. en,de)")
+    for name in ("max_train_sentences", "max_eval_sentences"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"--{name}={getattr(cfg, name)}; expected 0 (all) or a positive count")
+    try:  # the fractions' own checks, on no data
+        split_train_dev_test([], cfg.dev_fraction, cfg.test_fraction if cfg.format == "demo" else 0.0)
+    except ValueError as e:
+        raise ConfigError(f"--{e}") from None
+
+
 def _read_labeled(cfg: DataConfig, name: str, split: str) -> List[Sentence]:
     if cfg.format == "wikiann":
-        if not cfg.langs:
-            raise ConfigError("--data_format=wikiann needs --langs (e.g. en,de)")
         return read_wikiann_dirs(cfg.data_dir, cfg.langs, split, scheme=cfg.scheme, strict_tags=cfg.strict_tags)
     kwargs = {"scheme": cfg.scheme, "strict_tags": cfg.strict_tags}
     return read_dataset(cfg.format, _path(cfg, name), **kwargs)
 
 
 def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
-    """Read the labeled splits (and the unlabeled transfer set, if any) named by `cfg`."""
+    """Read the labeled splits (and the unlabeled transfer set, if any) named by `cfg`.
+
+    Dev and test files may not carry labels that train lacks: a teacher fine-tuned on train
+    could never predict them (ConfigError naming them). Splits held out from train are not
+    checked: a rare label that the split put only in dev is not the user's doing.
+    """
+    check_data_config(cfg)
     if cfg.format == "demo":
         train, dev, test = split_train_dev_test(read_demo(), cfg.dev_fraction, cfg.test_fraction, cfg.seed)
     else:
@@ -80,9 +97,31 @@ def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
     train = first_per_language(train, cfg.max_train_sentences)
     dev = first_per_language(dev, cfg.max_eval_sentences)
     test = first_per_language(test, cfg.max_eval_sentences)
+    for split, sentences, name in (("dev", dev, cfg.dev_file), ("test", test, cfg.test_file)):
+        if cfg.format == "wikiann" or (name and cfg.format != "demo"):
+            _check_labels_known(cfg, train, split, sentences)
     transfer = (read_unlabeled(_path(cfg, cfg.transfer_file), char_level=cfg.transfer_char_level)
                 if cfg.transfer_file else [])
     return {"train": train, "dev": dev, "test": test, "transfer": transfer}
+
+
+def _labels(cfg: DataConfig, sentences: List[Sentence]) -> Dict[str, str]:
+    """{label: what a model learns for it}: the class of a text, or a tag's entity type (so an
+    I-X in dev is known when train has B-X; "O" counts as known)."""
+    if cfg.task == "classification":
+        return {s.label: s.label for s in sentences if s.label is not None}
+    return {t: t.partition("-")[2] or t for s in sentences for t in (s.tags or ()) if t != "O"}
+
+
+def _check_labels_known(cfg: DataConfig, train: List[Sentence], split: str, sentences: List[Sentence]) -> None:
+    known = set(_labels(cfg, train).values())
+    unknown = sorted(label for label, learnt in _labels(cfg, sentences).items() if learnt not in known)
+    if unknown:
+        source = (f"the {split} files of --langs={','.join(cfg.langs)}" if cfg.format == "wikiann"
+                  else f"--{split}_file={getattr(cfg, split + '_file')}")
+        cap = f" (its first --max_train_sentences={cfg.max_train_sentences})" if cfg.max_train_sentences else ""
+        raise ConfigError(f"{source}: labels that the training data{cap} lacks, so the teacher cannot learn them: "
+                          f"{', '.join(unknown)}")
 
 
 def first_per_language(sentences: List[Sentence], cap: int) -> List[Sentence]:

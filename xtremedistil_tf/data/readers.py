@@ -22,6 +22,7 @@ _DOCSTART = "-DOCSTART-"
 # WikiAnn prefixes are Wikipedia language codes: "en", "zh-yue", "be-x-old", "simple".
 _LANG_CODE = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 _MISMATCH_POLICIES = ("error", "truncate", "skip")
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 # ---------------------------------------------------------------- line level
@@ -38,13 +39,21 @@ def _open_lines(path: PathLike) -> Iterator[tuple[int, str]]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
+                if lineno == 1 and raw[:2] in _UTF16_BOMS:
+                    raise DataFormatError(path, 1, "starts with a UTF-16 byte-order mark; expected UTF-8 "
+                                                   "(save the file as UTF-8)") from None
                 raise DataFormatError(
                     path, lineno,
                     f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); expected a UTF-8 text file",
                 ) from None
             if lineno == 1:
                 text = text.lstrip("\ufeff")  # editors on Windows add a byte-order mark
-            yield lineno, text.rstrip("\r\n")
+            text = text.rstrip("\r\n")
+            if "\r" in text:  # CR-only (old Mac) endings: the whole file would read as one line
+                column = text.index("\r") + 1
+                raise DataFormatError(path, lineno, f"carriage return inside the line (column {column}); expected "
+                                                    "\\n or \\r\\n line endings, not \\r alone")
+            yield lineno, text
 
 
 def _blocks(path: PathLike, skip_docstart: bool = False) -> Iterator[_Block]:
@@ -135,6 +144,11 @@ def read_conll(
                 expected_columns = (len(columns), lineno)
                 _check_column_index(path, lineno, columns, token_column, "token_column")
                 if tag_column is not None:
+                    if len(columns) < 2:
+                        raise DataFormatError(
+                            path, lineno, f"found 1 column ({columns[0]!r}); a labeled CoNLL file needs "
+                            "the token and its tag on each line (unlabeled text goes to --transfer_file)",
+                        )
                     _check_column_index(path, lineno, columns, tag_column, "tag_column")
             elif len(columns) != expected_columns[0]:
                 raise DataFormatError(
@@ -319,6 +333,10 @@ def read_labels(path: PathLike) -> list[str]:
             continue
         if len(label.split()) != 1:
             raise DataFormatError(path, lineno, f"expected one label per line, found {line!r}")
+        try:
+            schemes.entity_types([label])
+        except ValueError as e:
+            raise DataFormatError(path, lineno, f"{e}; expected one tag per line") from None
         if label in labels:
             raise DataFormatError(path, lineno, f"duplicate label {label!r} (first on line {labels[label]})")
         labels[label] = lineno

@@ -61,9 +61,7 @@ class TokenTeacher(tf.keras.Model):
 
     def check_layer(self, layer: int) -> None:
         """Fail before any work is done when hidden_states[layer] does not exist."""
-        if not 0 <= layer <= self.num_layers:
-            raise ConfigError(f"--teacher_layer={layer} is out of range: the teacher has "
-                              f"{self.num_layers} layers (0 is the embedding output)")
+        check_layer_range(layer, self.num_layers)
 
     def call_with_hidden(self, inputs, layer: int):
         self.check_layer(layer)
@@ -159,14 +157,40 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
-def _check_local_dir(name_or_path: str, need_weights: bool) -> None:
-    """Clear errors for local dirs; a name that is not a path is left to the hub (or its cache)."""
+def check_layer_range(layer: int, num_layers: int) -> None:
+    if not 0 <= layer <= num_layers:
+        raise ConfigError(f"--teacher_layer={layer} is out of range: the teacher has "
+                          f"{num_layers} layers (0 is the embedding output)")
+
+
+def check_teacher_dir(name_or_path: str, need_weights: bool, layer: int, max_seq_length: int,
+                      config_overrides: Optional[dict] = None) -> None:
+    """Flags against a local teacher dir, before any work: config.json and weights present,
+    `layer` and `max_seq_length` within the model's sizes. Hub names are left to the hub."""
+    if not _check_local_dir(name_or_path, need_weights):
+        return
+    config_file = Path(name_or_path) / "config.json"
+    try:
+        config = {**json.loads(config_file.read_text(encoding="utf-8")), **(config_overrides or {})}
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{config_file} is not valid JSON: {e}") from None
+    if "num_hidden_layers" in config:
+        check_layer_range(layer, int(config["num_hidden_layers"]))
+    positions = config.get("max_position_embeddings")
+    if positions and max_seq_length > int(positions):
+        raise ConfigError(f"--max_seq_length={max_seq_length} exceeds the teacher's max_position_embeddings="
+                          f"{positions} ({config_file})")
+
+
+def _check_local_dir(name_or_path: str, need_weights: bool) -> bool:
+    """Clear errors for local dirs; a name that is not a path is left to the hub (or its cache).
+    True when `name_or_path` is a local dir."""
     path = Path(name_or_path)
     looks_local = path.exists() or os.sep in name_or_path or name_or_path.startswith(".")
     if not looks_local:
-        return
+        return False
     if not path.is_dir():
-        raise ConfigError(f"teacher directory {path} does not exist")
+        raise ConfigError(f"teacher directory {path} " + ("is a file" if path.exists() else "does not exist"))
     if not (path / "config.json").exists():
         raise ConfigError(f"teacher directory {path} has no config.json")
     weights = ("tf_model.h5", "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
@@ -174,6 +198,7 @@ def _check_local_dir(name_or_path: str, need_weights: bool) -> None:
     if need_weights and not any((path / w).exists() for w in weights):
         raise ConfigError(f"teacher directory {path} has no weights (expected one of {', '.join(weights)}); "
                           "pass --teacher_random_init to start from random weights")
+    return True
 
 
 def build_teacher(name_or_path: str, labels: Sequence[str], max_seq_length: int = 128,

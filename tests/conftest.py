@@ -98,3 +98,16 @@ def toy_ner_sentences(n, seed, lang=None):
 
 
 TOY_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+
+
+def read_scalars(log_dir) -> dict:
+    """{tag: [(step, value), ...]} of every TensorBoard scalar under `log_dir` (event files read
+    with TensorFlow's own summary iterator)."""
+    import tensorflow as tf
+
+    scalars = {}
+    for path in sorted(Path(log_dir).rglob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
+    return scalars

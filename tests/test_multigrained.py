@@ -158,7 +158,7 @@ def _student(vocab_size, seed):
 
 
 @pytest.fixture(scope="module")
-def runs(teacher, data):
+def runs(teacher, data, tmp_path_factory):
     """The vanilla BiLSTM+CRF on the 12 labeled sentences vs +SEQ (hard + seq_ce, K=5, uncertainty) + DA."""
     rule, tokenizer = teacher
     evaluate = make_crf_dev_f1(data["dev_windows"], [s.tags for s in data["dev"]], VOCAB)
@@ -171,16 +171,18 @@ def runs(teacher, data):
                                                                     learning_rate=1e-2, patience=40),
         VOCAB.pad_id, evaluate)
     distilled = _student(vocab_size, 0)
+    log_dir = tmp_path_factory.mktemp("tensorboard")
     history = train_multigrained(
         distilled, read_sharded(data["cache"]), None,
         MultiGrainedConfig(("hard", "seq_ce"), "uncertainty", kbest=5, epochs=6, batch_size=16, learning_rate=5e-3,
-                           patience=3), VOCAB.pad_id, evaluate)
-    return vanilla, vanilla_history, distilled, history
+                           patience=3, log_dir=str(log_dir)),
+        VOCAB.pad_id, evaluate)
+    return vanilla, vanilla_history, distilled, history, log_dir
 
 
 def test_surrogates_on_unlabeled_text_beat_the_few_labels(teacher, data, runs):
     rule, tokenizer = teacher
-    vanilla, vanilla_history, distilled, history = runs
+    vanilla, vanilla_history, distilled, history, _ = runs
     teacher_f1 = f1_of(lambda w: predict_piece_tags(rule, w), tokenizer, data["test"])
     vanilla_f1, distilled_f1 = (f1_of(lambda w, s=s: predict_tags_crf(s, w), tokenizer, data["test"])
                                 for s in (vanilla, distilled))
@@ -202,6 +204,20 @@ def test_uncertainty_lambdas_are_learned_and_logged(runs):
     order = np.argsort([last["hard"], last["seq_ce"]])
     assert lambdas[-1][order[0]] > lambdas[-1][order[1]]
     assert all(e["dev_f1"] is not None for e in history.epochs)
+
+
+def test_tensorboard_gets_every_loss_lambda_and_rate_per_epoch(runs):
+    from conftest import read_scalars
+
+    history = runs[3]
+    scalars = read_scalars(runs[4])
+    epochs = list(range(1, len(history.epochs) + 1))
+    for name in ("hard", "seq_ce"):
+        assert [s for s, _ in scalars[f"loss/{name}"]] == epochs
+        np.testing.assert_allclose([v for _, v in scalars[f"lambda/{name}"]],
+                                   [e["lambdas"][name] for e in history.epochs], rtol=1e-6)
+    np.testing.assert_allclose([v for _, v in scalars["dev_f1"]], [e["dev_f1"] for e in history.epochs], rtol=1e-6)
+    assert [v for _, v in scalars["learning_rate"]] == pytest.approx([5e-3] * len(epochs))
 
 
 def test_every_loss_trains_a_transformer_crf_student_with_equal_weighting(teacher, data):

@@ -137,3 +137,21 @@ def test_caps_keep_the_first_sentences_of_each_language():
     kept = first_per_language(sentences, 2)
     assert [(s.tokens[0], s.lang) for s in kept] == [("0", "a"), ("1", "a"), ("2", "b"), ("3", "b")]
     assert first_per_language(sentences, 0) is sentences
+
+
+def test_tensorboard_logs_every_training_step(finished_run):
+    from conftest import read_scalars
+
+    cfg, _ = finished_run
+    work = pipeline.WorkDir(cfg.work_dir)
+    teacher = read_scalars(os.path.join(cfg.work_dir, "tensorboard", "teacher"))
+    history = work.step_info("teacher")["history"]
+    assert [v for _, v in teacher["dev_f1"]] == pytest.approx([e["dev_f1"] for e in history])
+    assert {"train_loss", "learning_rate/head", "learning_rate/top_layer"} <= set(teacher)
+    student = read_scalars(os.path.join(cfg.work_dir, "tensorboard", "student"))
+    steps = work.step_info("student")["history"]["steps"]
+    epochs = sum(len(step["val_losses"]) for step in steps)
+    # One point per epoch across every stage and unfreezing step, for each loss term and the rate.
+    assert [s for s, _ in student["val_loss"]] == list(range(1, epochs + 1))
+    assert {"representation_transfer", "logits_transfer", "ce_train", "learning_rate"} <= set(student)
+    assert all(0 < v <= cfg.student.learning_rate for _, v in student["learning_rate"])

@@ -10,11 +10,14 @@ teacher outputs; the teacher itself only lends its word embeddings and sizes.
     work_dir/transfer_dev/  teacher outputs over dev (each student step is selected by dev loss)
     work_dir/student/       the distilled student (training/student_run.py layout)
     work_dir/metrics.json   scores of every model on dev and test
+    work_dir/tensorboard/   per-epoch scalars of each training step (`tensorboard --logdir`)
+    work_dir/run.log        the plain-text log of every command run on the work dir
 """
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -133,9 +136,11 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
         start = time.time()
         finetune_config = _with_progress(tc.finetune, cfg.progress)
         if cfg.data.task == CLASSIFICATION:
-            result = finetune_sequence_teacher(teacher, tokenizer, splits["train"], splits["dev"], finetune_config)
+            result = finetune_sequence_teacher(teacher, tokenizer, splits["train"], splits["dev"], finetune_config,
+                                               log_dir=tensorboard_dir(work, "teacher"))
         else:
-            result = finetune(teacher, tokenizer, splits["train"], splits["dev"], cfg.data.scheme, finetune_config)
+            result = finetune(teacher, tokenizer, splits["train"], splits["dev"], cfg.data.scheme, finetune_config,
+                              log_dir=tensorboard_dir(work, "teacher"))
         seconds = time.time() - start
         teacher.save(tmp / "model", tokenizer)
         scores = {split: _evaluate_teacher(cfg, teacher, tokenizer, splits[split])
@@ -250,14 +255,15 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
         teacher, tokenizer = load_teacher(work.path("teacher") / "model")
         train_windows = work.step_info("transfer")["train_windows"]
         start = time.time()
+        log_dir = tensorboard_dir(work, name)
         if cfg.data.task == CLASSIFICATION:
-            return _classifier_student(work, cfg, teacher, tokenizer, splits, train_windows, tmp)
+            return _classifier_student(work, cfg, teacher, tokenizer, splits, train_windows, tmp, log_dir)
         if sc.method == "multigrained":
             student, history = distil_multigrained(sc, teacher, tokenizer, work.path("transfer"), train_windows,
-                                                   splits["dev"], cfg.data.scheme)
+                                                   splits["dev"], cfg.data.scheme, cfg.progress, log_dir)
         else:
             student, history = distil(sc, teacher, tokenizer, work.path("transfer"), work.path("transfer_dev"),
-                                      train_windows, splits["dev"], cfg.data.scheme, cfg.progress)
+                                      train_windows, splits["dev"], cfg.data.scheme, cfg.progress, log_dir)
         seconds = time.time() - start
         decoder = "crf" if sc.method == "multigrained" else "softmax"
         scores = {split: evaluate_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
@@ -272,14 +278,16 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
     return fingerprint
 
 
-def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, splits, train_texts: int, tmp: Path):
+def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, splits, train_texts: int, tmp: Path,
+                        log_dir: Path):
     from xtremedistil_tf.export.student import CLASSIFIER
     from xtremedistil_tf.training.classification import distil_classifier, evaluate_classifier_student
     from xtremedistil_tf.training.student_run import save_student
 
     start = time.time()
     student, history = distil_classifier(cfg.student, teacher, tokenizer, work.path("transfer"),
-                                         work.path("transfer_dev"), train_texts, splits["dev"], cfg.progress)
+                                         work.path("transfer_dev"), train_texts, splits["dev"], cfg.progress,
+                                         log_dir)
     seconds = time.time() - start
     scores = {split: evaluate_classifier_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
                                                  splits[split])
@@ -288,6 +296,14 @@ def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, split
                  teacher.max_seq_length, CLASSIFIER)
     return {"history": history.to_dict(), "train_seconds": seconds, "scores": scores,
             "parameters": int(student.count_params())}
+
+
+def tensorboard_dir(work: WorkDir, step: str) -> Path:
+    """TensorBoard logs of a training step: <work_dir>/tensorboard/<step>/ (a rerun of the step
+    starts it afresh, so its curves are those of the artifact in the step dir)."""
+    path = work.path("tensorboard") / step
+    shutil.rmtree(path, ignore_errors=True)
+    return path
 
 
 def step_metrics(work: WorkDir) -> dict:

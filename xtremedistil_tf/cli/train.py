@@ -91,7 +91,8 @@ flags.DEFINE_float("gamma", 1.0, "Weight of the logit loss in joint strategies."
 
 # Multi-grained KD (--method=multigrained)
 flags.DEFINE_integer("kbest", 5, "K of the teacher's k-best Viterbi surrogates (1-15).")
-flags.DEFINE_list("mg_losses", ["hard", "seq_ce"], "Loss terms: hard, seq_ce, seq_fuzzy, token_em, token_pos.")
+flags.DEFINE_list("mg_losses", ["hard", "seq_ce", "seq_fuzzy"],
+                  "Loss terms: hard, seq_ce, seq_fuzzy, token_em, token_pos (default: the paper's SEQ, Eq. 8).")
 flags.DEFINE_enum("loss_weighting", "uncertainty", ["uncertainty", "equal"], "How the loss terms are combined.")
 flags.DEFINE_integer("student_epochs", 30, "Epochs of multi-grained training (best dev F1 is kept).")
 flags.DEFINE_bool("use_unlabeled", True, "Train on the unlabeled transfer sentences too (the paper's DA).")

@@ -44,7 +44,10 @@ class TagVocab:
         return len(self.tags)
 
     def id(self, tag: str) -> int:
-        return self._index[tag]
+        try:
+            return self._index[tag]
+        except KeyError:
+            raise ConfigError(f"tag {tag!r} is not one of the model's labels {self.labels}") from None
 
     @property
     def x_id(self) -> int:

@@ -76,14 +76,15 @@ def score_texts(vocab: ClassVocab, sentences: Sequence[Sentence], predicted: np.
 
 
 def finetune_sequence_teacher(teacher: SequenceTeacher, tokenizer, train: Sequence[Sentence],
-                              dev: Sequence[Sentence], config: FinetuneConfig) -> FinetuneResult:
+                              dev: Sequence[Sentence], config: FinetuneConfig,
+                              log_dir: Optional[str] = None) -> FinetuneResult:
     """Fine-tune on labeled texts, early-stopped on dev macro-F1 (the same loop as token teachers)."""
     tf.keras.utils.set_random_seed(config.seed)
     arrays = encode_texts(train, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     dataset = arrays_dataset(arrays.as_dict(), config.batch_size, shuffle=True, seed=config.seed)
     return train_with_early_stopping(
         teacher, dataset, len(arrays), lambda: evaluate_sequence_teacher(teacher, tokenizer, dev)["all"]["f1"],
-        config, label_shape=(None,))
+        config, label_shape=(None,), log_dir=log_dir)
 
 
 def write_sequence_outputs(teacher: SequenceTeacher, arrays: TextArrays, out_dir, layer: int, fingerprint: dict,

@@ -15,6 +15,7 @@ from xtremedistil_tf.data.alignment import Windows, decode, encode, predict_by_l
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.evaluate import score_by_language
 from xtremedistil_tf.training.schedules import WarmupLinearDecay
+from xtremedistil_tf.training.tensorboard import ScalarLog, current_learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -167,28 +168,36 @@ def evaluate_teacher(teacher, tokenizer, sentences: Sequence[Sentence], scheme: 
 
 
 def finetune(teacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Sentence], scheme: str,
-             config: FinetuneConfig) -> FinetuneResult:
+             config: FinetuneConfig, log_dir: Optional[str] = None) -> FinetuneResult:
     """Train the teacher; after each epoch score dev, keep the best weights, stop after
     `patience` epochs without improvement, and leave the best weights in the teacher."""
     tf.keras.utils.set_random_seed(config.seed)
     windows = encode(train, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     dataset = windows_dataset(windows, config.batch_size, shuffle=True, seed=config.seed)
     return train_with_early_stopping(teacher, dataset, len(windows),
-                                     lambda: evaluate_teacher(teacher, tokenizer, dev, scheme)["all"]["f1"], config)
+                                     lambda: evaluate_teacher(teacher, tokenizer, dev, scheme)["all"]["f1"], config,
+                                     log_dir=log_dir)
 
 
 def train_with_early_stopping(teacher, dataset: tf.data.Dataset, num_examples: int, dev_f1: Callable[[], float],
-                              config: FinetuneConfig, label_shape=(None, None)) -> FinetuneResult:
+                              config: FinetuneConfig, label_shape=(None, None),
+                              log_dir: Optional[str] = None) -> FinetuneResult:
     """The fine-tuning loop of any teacher head: epochs over `dataset` (batches with label_ids of
-    `label_shape`), `dev_f1()` after each, best weights kept, `patience` epochs without gain stop it."""
+    `label_shape`), `dev_f1()` after each, best weights kept, `patience` epochs without gain stop it.
+    `log_dir`: TensorBoard scalars (train loss, dev F1, learning rates) per epoch."""
     steps = -(-num_examples // config.batch_size)
     if config.max_steps_per_epoch:
         steps = min(steps, config.max_steps_per_epoch)
-    train_step = make_train_step(teacher, parameter_groups(teacher, config, steps * config.epochs), label_shape)
+    groups = parameter_groups(teacher, config, steps * config.epochs)
+    train_step = make_train_step(teacher, groups, label_shape)
+    scalars = ScalarLog(log_dir)
     result, best_weights, stale = FinetuneResult(), None, 0
     for epoch in range(config.epochs):
         losses = _run_epoch(train_step, dataset.take(steps), steps, epoch, config)
         record = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "dev_f1": float(dev_f1())}
+        # groups: one per encoder depth from the top (0), then the head.
+        scalars.write(epoch + 1, {**record, "learning_rate/top_layer": current_learning_rate(groups[0][0]),
+                                  "learning_rate/head": current_learning_rate(groups[-1][0])})
         result.history.append(record)
         log.info("teacher epoch %d: train loss %.4f, dev F1 %.4f", epoch + 1, record["train_loss"], record["dev_f1"])
         if record["dev_f1"] > result.best_dev_f1:

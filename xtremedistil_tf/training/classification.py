@@ -19,6 +19,7 @@ from xtremedistil_tf.students.models import build_bilstm_classifier
 from xtremedistil_tf.teachers.classifier import score_texts
 from xtremedistil_tf.training.staged import EvaluateFn, train_student
 from xtremedistil_tf.training.student_run import StudentConfig, distil_config, staged_datasets, student_embeddings
+from xtremedistil_tf.training.tensorboard import EpochScalars, ScalarLog
 
 HEAD_OUTPUTS = {"softmax": "probs", "logits": "logits"}
 
@@ -60,7 +61,7 @@ def make_dev_class_f1(sentences: Sequence[Sentence], tokenizer, vocab: ClassVoca
 
 
 def distil_classifier(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_texts: int,
-                      dev: Sequence[Sentence], progress: bool = False):
+                      dev: Sequence[Sentence], progress: bool = False, log_dir=None):
     """Distil a new classifier with the configured strategy; returns (student, history).
 
     The labeled texts are the first `train_texts` examples of the transfer cache, as for tagging."""
@@ -69,7 +70,8 @@ def distil_classifier(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_
     train_ds, transfer_ds, dev_ds = staged_datasets(cfg, transfer_dir, dev_cache_dir, train_texts)
     evaluate_fn = make_dev_class_f1(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
-                            distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn)
+                            distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn,
+                            callbacks=[EpochScalars(ScalarLog(log_dir))])
     return student, history
 
 

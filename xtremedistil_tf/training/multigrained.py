@@ -29,6 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
+from tqdm.auto import tqdm
 
 from xtremedistil_tf.crf import ops
 from xtremedistil_tf.data.alignment import TagVocab, Windows, decode, predict_by_length
@@ -37,6 +38,7 @@ from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS, loss_weighting
 from xtremedistil_tf.losses import sequence
 from xtremedistil_tf.teachers.multigrained_outputs import check_kbest
+from xtremedistil_tf.training.tensorboard import ScalarLog, current_learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,8 @@ class MultiGrainedConfig:
     # Tracing the step (BiLSTM + CRF scans + their gradients) costs tens of seconds on a CPU; for
     # tiny students (tests, smoke runs) running eagerly is faster overall.
     run_eagerly: bool = False
+    progress: bool = False           # a progress bar per epoch
+    log_dir: Optional[str] = None    # TensorBoard scalars per epoch (training/tensorboard.py)
 
     def __post_init__(self):
         self.losses = tuple(self.losses)
@@ -236,12 +240,16 @@ def _dev_loss(steps: _Steps, dev: Optional[tf.data.Dataset]) -> Optional[float]:
     return total / count if count else None
 
 
-def _run_epoch(steps: _Steps, train: tf.data.Dataset, names) -> Tuple[float, Dict[str, float]]:
+def _run_epoch(steps: _Steps, train: tf.data.Dataset, names, epoch: int) -> Tuple[float, Dict[str, float]]:
     totals, values = [], []
-    for batch in train:
+    batches = int(train.cardinality())
+    bar = tqdm(train, total=batches if batches >= 0 else None, unit="batch", disable=not steps.config.progress,
+               desc=f"student epoch {epoch}/{steps.config.epochs}")
+    for batch in bar:
         total, per_loss = steps.train(batch)
         totals.append(float(total))
         values.append(per_loss.numpy())
+        bar.set_postfix(loss=f"{np.mean(totals[-50:]):.4f}")
     means = np.mean(values, axis=0)
     return float(np.mean(totals)), {name: float(v) for name, v in zip(names, means)}
 
@@ -266,14 +274,19 @@ def train_multigrained(student: tf.keras.Model, train_ds: tf.data.Dataset, dev_d
     weighting.build(tf.TensorShape([len(config.losses)]))
     steps = _Steps(student, weighting, config, pad_id, _relaxed(train.element_spec))
     history = MultiGrainedHistory(config.losses)
+    scalars = ScalarLog(config.log_dir)
     best_weights, stale = _snapshot(student, weighting), 0
     history.best_score = _score(steps, dev, evaluate_fn)[2]
     for epoch in range(1, config.epochs + 1):
-        train_loss, means = _run_epoch(steps, train, config.losses)
+        train_loss, means = _run_epoch(steps, train, config.losses, epoch)
         dev_loss, dev_f1, score = _score(steps, dev, evaluate_fn)
         record = {"epoch": epoch, "train_loss": train_loss, "losses": means, "dev_loss": dev_loss, "dev_f1": dev_f1,
                   "lambdas": dict(zip(config.losses, map(float, weighting.lambdas.numpy())))}
         history.epochs.append(record)
+        scalars.write(epoch, {"train_loss": train_loss, "dev_loss": dev_loss, "dev_f1": dev_f1,
+                              "learning_rate": current_learning_rate(steps.optimizer),
+                              **{f"loss/{k}": v for k, v in means.items()},
+                              **{f"lambda/{k}": v for k, v in record["lambdas"].items()}})
         log.info("multi-grained epoch %d: loss %.4f %s, lambdas %s, dev loss %s, dev F1 %s", epoch, train_loss,
                  means, record["lambdas"], dev_loss, dev_f1)
         if score > history.best_score:

@@ -26,6 +26,7 @@ from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
 from xtremedistil_tf.teachers.cache import read_sharded
 from xtremedistil_tf.training.staged import DistilConfig, batched, make_dev_f1, predict_tags, train_student
+from xtremedistil_tf.training.tensorboard import EpochScalars, ScalarLog
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class StudentConfig:
     gamma: float = 1.0
     # multigrained only (paper Tables 1-3): the loss terms, their weighting, K of the k-best
     # surrogates, epochs, and whether unlabeled transfer sentences are used (DA).
-    losses: Tuple[str, ...] = ("hard", "seq_ce")
+    losses: Tuple[str, ...] = ("hard", "seq_ce", "seq_fuzzy")   # the paper's SEQ (Eq. 8)
     loss_weighting: str = "uncertainty"
     kbest: int = 5
     epochs: int = 30
@@ -113,7 +114,7 @@ def staged_datasets(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_examp
 
 
 def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
-           dev: Sequence[Sentence], scheme: str, progress: bool = False):
+           dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None):
     """Distil a new student with the configured strategy; returns (student, history).
 
     The labeled train windows are the first `train_windows` examples of the transfer cache (the
@@ -126,12 +127,13 @@ def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, 
     dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     evaluate_fn = make_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
-                            distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn)
+                            distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn,
+                            callbacks=[EpochScalars(ScalarLog(log_dir))])
     return student, history
 
 
 def distil_multigrained(cfg: StudentConfig, teacher, tokenizer, transfer_dir, train_windows: int,
-                        dev: Sequence[Sentence], scheme: str):
+                        dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None):
     """Multi-grained KD of a CRF student from the cached k-best surrogates; returns (student, history).
 
     The stream is the transfer cache: its first `train_windows` examples are labeled (gold tags for
@@ -146,7 +148,8 @@ def distil_multigrained(cfg: StudentConfig, teacher, tokenizer, transfer_dir, tr
     stream = transfer if cfg.use_unlabeled else transfer.take(train_windows)
     config = MultiGrainedConfig(losses=tuple(cfg.losses), weighting=cfg.loss_weighting, kbest=cfg.kbest,
                                 epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                                patience=cfg.patience, seed=cfg.seed)
+                                patience=cfg.patience, seed=cfg.seed, progress=progress,
+                                log_dir=str(log_dir) if log_dir else None)
     dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     evaluate_fn = make_crf_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
     history = train_multigrained(student, stream, None, config, teacher.tag_vocab.pad_id, evaluate_fn)

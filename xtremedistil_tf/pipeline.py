@@ -30,6 +30,7 @@ from xtremedistil_tf.data.loading import SPLITS, DataConfig, labels_of, load_spl
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_json, read_json
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
+from xtremedistil_tf.training.precision import precision_policy
 from xtremedistil_tf.training.student_run import StudentConfig
 from xtremedistil_tf.workdir import WorkDir
 
@@ -70,6 +71,9 @@ class RunConfig:
     student: Optional[StudentConfig] = field(default_factory=StudentConfig)   # None: stop after transfer
     overwrite: bool = False
     progress: bool = True
+    # float32 | mixed_float16 | mixed_bfloat16 (training/precision.py); an execution setting, not
+    # part of any step's fingerprint.
+    mixed_precision: str = "float32"
 
 
 def resolve_teacher_path(name: str) -> str:
@@ -148,7 +152,8 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
         return {"history": result.history, "best_epoch": result.best_epoch, "train_seconds": seconds,
                 "parameters": int(teacher.count_params()), "scores": scores}
 
-    work.run_step("teacher", fingerprint, build)
+    with precision_policy(cfg.mixed_precision):
+        work.run_step("teacher", fingerprint, build)
     return fingerprint
 
 
@@ -226,14 +231,15 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict):
     from xtremedistil_tf.teachers.model import load_teacher
 
     splits = load_data(work)
-    teacher, tokenizer = load_teacher(work.path("teacher") / "model")
-    teacher.check_layer(cfg.teacher.layer)
     train = splits["train"]
-    info, sentence_index = _write_cache(work, cfg, "transfer", train + splits["transfer"], fingerprint, teacher,
-                                        tokenizer)
+    with precision_policy(cfg.mixed_precision):
+        teacher, tokenizer = load_teacher(work.path("teacher") / "model")
+        teacher.check_layer(cfg.teacher.layer)
+        info, sentence_index = _write_cache(work, cfg, "transfer", train + splits["transfer"], fingerprint, teacher,
+                                            tokenizer)
+        info["dev"] = _write_cache(work, cfg, "transfer_dev", splits["dev"], fingerprint, teacher, tokenizer)[0]
     # Windows follow sentence order, so the labeled ones come first.
     info["train_windows"] = int((sentence_index < len(train)).sum())
-    info["dev"] = _write_cache(work, cfg, "transfer_dev", splits["dev"], fingerprint, teacher, tokenizer)[0]
     work.mark_done("transfer", fingerprint, info)
     return fingerprint
 
@@ -274,7 +280,8 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
         return {"history": history.to_dict(), "train_seconds": seconds, "scores": scores,
                 "parameters": int(student.count_params())}
 
-    work.run_step(name, fingerprint, build)
+    with precision_policy(cfg.mixed_precision):
+        work.run_step(name, fingerprint, build)
     return fingerprint
 
 
@@ -321,8 +328,10 @@ def step_metrics(work: WorkDir) -> dict:
 
 def run(cfg: RunConfig) -> dict:
     work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
-    atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
     fingerprint = step_data(work, cfg)
+    # After the data step accepted the work dir, so a refused run leaves the config of the run that
+    # made it in place.
+    atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
     fingerprint = step_teacher(work, cfg, fingerprint)
     fingerprint = step_transfer(work, cfg, fingerprint)
     if cfg.student is not None:

@@ -2,6 +2,7 @@
 
     bin/benchmark crf [--repeats=50]
     bin/benchmark latency [--teacher_config=mbert-base --students=50x200,100x400 --queries=1000]
+    bin/benchmark precision [--repeats=20]   (a training step under float32 / mixed_bfloat16 / mixed_float16)
 """
 from __future__ import annotations
 

@@ -98,6 +98,9 @@ flags.DEFINE_integer("student_epochs", 30, "Epochs of multi-grained training (be
 flags.DEFINE_bool("use_unlabeled", True, "Train on the unlabeled transfer sentences too (the paper's DA).")
 
 # Run
+flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
+                  "Keras dtype policy of every model trained or run (float16 with dynamic loss scaling; the CRF "
+                  "and the losses stay float32). For GPUs/TPUs; on CPUs float32 is usually fastest.")
 flags.DEFINE_integer("seed", 42, "Seed for splits, initialisation and shuffling.")
 flags.DEFINE_bool("overwrite", False, "Replace artifacts in --work_dir made by another configuration.")
 
@@ -184,7 +187,8 @@ def config_from_flags():
         representation_loss=FLAGS.representation_loss, alpha=FLAGS.alpha, beta=FLAGS.beta, gamma=FLAGS.gamma,
         seed=FLAGS.seed) if FLAGS.student else None
     return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer, student=student,
-                     overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress)
+                     overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress,
+                     mixed_precision=FLAGS.mixed_precision)
 
 
 def train() -> None:

@@ -62,6 +62,9 @@ class CRF(tf.keras.layers.Layer):
         transitions_initializer="glorot_uniform",
         **kwargs,
     ):
+        # float32 under any mixed-precision policy: the forward algorithm's log-sum-exps and the
+        # -1e4 forbidden transitions do not fit float16 (training/precision.py).
+        kwargs["dtype"] = "float32"
         super().__init__(**kwargs)
         if output_mode not in OUTPUT_MODES:
             raise ConfigError(f"CRF output_mode must be one of {OUTPUT_MODES}; got {output_mode!r}")

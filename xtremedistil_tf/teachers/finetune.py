@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from xtremedistil_tf.data.alignment import Windows, decode, encode, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.evaluate import score_by_language
+from xtremedistil_tf.training.precision import all_finite, needs_loss_scaling
 from xtremedistil_tf.training.schedules import WarmupLinearDecay
 from xtremedistil_tf.training.tensorboard import ScalarLog, current_learning_rate
 
@@ -80,7 +81,7 @@ def arrays_dataset(data: Dict[str, np.ndarray], batch_size: int, shuffle: bool, 
 
 def masked_token_cross_entropy(label_ids, logits, weights) -> tf.Tensor:
     """Mean cross-entropy over the positions whose weight is non-zero."""
-    losses = tf.keras.losses.sparse_categorical_crossentropy(label_ids, logits, from_logits=True)
+    losses = tf.keras.losses.sparse_categorical_crossentropy(label_ids, tf.cast(logits, tf.float32), from_logits=True)
     weights = tf.cast(weights, losses.dtype)
     return tf.reduce_sum(losses * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
 
@@ -136,18 +137,33 @@ def _adamw(peak, total_steps, warmup, weight_decay):
 
 def make_train_step(teacher, groups, label_shape=(None, None)):
     """One compiled step on the teacher's own loss (`teacher.loss`), one optimizer per group.
-    `label_shape`: [B, T] piece tags, or [B] (None,) for sentence classes."""
+    `label_shape`: [B, T] piece tags, or [B] (None,) for sentence classes.
+
+    Under mixed_float16 the loss is scaled by one dynamic loss scale, kept by the first group's
+    optimizer (wrapped in a LossScaleOptimizer, which skips a step that overflowed and lowers the
+    scale); the other groups get zero gradients on such a step."""
     variables = [v for _, vs in groups for v in vs]
     spec = tf.TensorSpec([None, None], tf.int32)
     labels = tf.TensorSpec(label_shape, tf.int32)
+    scaler = tf.keras.mixed_precision.LossScaleOptimizer(groups[0][0]) if needs_loss_scaling() else None
 
     @tf.function(input_signature=[{"input_ids": spec, "attention_mask": spec, "label_ids": labels}])
     def train_step(batch):
         with tf.GradientTape() as tape:
             loss = teacher.loss(batch, training=True)
-        grads = iter(tape.gradient(loss, variables))
-        for optimizer, group in groups:
-            optimizer.apply_gradients([(next(grads), v) for v in group])
+            scaled = scaler.get_scaled_loss(loss) if scaler else loss
+        grads = tape.gradient(scaled, variables)
+        first = grads
+        if scaler:
+            first = grads = scaler.get_unscaled_gradients(grads)
+            finite = all_finite(grads)
+            grads = [g if g is None else tf.where(finite, g, tf.zeros_like(g)) for g in grads]
+        start = 0
+        for index, (optimizer, group) in enumerate(groups):
+            source = first if index == 0 else grads
+            pairs = list(zip(source[start:start + len(group)], group))
+            (scaler if scaler and index == 0 else optimizer).apply_gradients(pairs)
+            start += len(group)
         return loss
 
     return train_step

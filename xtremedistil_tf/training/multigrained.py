@@ -38,6 +38,7 @@ from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS, loss_weighting
 from xtremedistil_tf.losses import sequence
 from xtremedistil_tf.teachers.multigrained_outputs import check_kbest
+from xtremedistil_tf.training.precision import with_loss_scaling
 from xtremedistil_tf.training.tensorboard import ScalarLog, current_learning_rate
 
 log = logging.getLogger(__name__)
@@ -203,7 +204,8 @@ class _Steps:
     def __init__(self, student, weighting, config: MultiGrainedConfig, pad_id: int, train_spec):
         self.student, self.weighting, self.config, self.pad_id = student, weighting, config, pad_id
         self.crf = student.get_layer("crf")
-        self.optimizer = tf.keras.optimizers.Adam(config.learning_rate, global_clipnorm=config.clipnorm)
+        self.optimizer = with_loss_scaling(tf.keras.optimizers.Adam(config.learning_rate,
+                                                                    global_clipnorm=config.clipnorm))
         self.variables = student.trainable_variables + weighting.trainable_variables
         dev_spec = {k: tf.TensorSpec([None, None], tf.int32) for k in (*INPUT_KEYS, "label_ids")}
         if config.run_eagerly:
@@ -217,7 +219,7 @@ class _Steps:
             outputs = self.student({k: batch[k] for k in INPUT_KEYS}, training=True)
             values = tf.stack(_loss_values(self.config.losses, outputs, batch, self.crf.transitions, self.pad_id))
             total = self.weighting(values)
-        self.optimizer.apply_gradients(zip(tape.gradient(total, self.variables), self.variables))
+        self.optimizer.minimize(total, self.variables, tape=tape)
         return total, values
 
     def _dev_nll(self, batch):

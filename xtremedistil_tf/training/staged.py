@@ -143,8 +143,9 @@ class _StageModel(tf.keras.Model):
     def train_step(self, data):
         with tf.GradientTape() as tape:
             loss = self._update(data, training=True)
-        variables = self.trainable_variables
-        self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        # minimize scales and unscales the loss when compile wrapped the optimizer in a
+        # LossScaleOptimizer (it does under mixed_float16: training/precision.py).
+        self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
         return self._results()
 
     def test_step(self, data):

@@ -188,3 +188,14 @@ def test_crf_teacher_head_is_refused_for_classification(tmp_path, tiny_bert_dir)
         teacher=pipeline.TeacherConfig(name=str(tiny_bert_dir), random_init=True, head="crf"), progress=False)
     with pytest.raises(ConfigError, match="softmax head"):
         pipeline.run(cfg)
+
+
+def test_bin_evaluate_refuses_data_of_the_other_task(classification_run):
+    from xtremedistil_tf.cli.evaluate import evaluate_model
+
+    cfg, _ = classification_run
+    tagged = [Sentence(["john", "is"], ["B-PER", "O"])]
+    with pytest.raises(ConfigError, match="sentence classifier.*label_tsv"):
+        evaluate_model(os.path.join(cfg.work_dir, "student"), tagged, "IOB2")
+    with pytest.raises(ConfigError, match="sentence classifier"):
+        evaluate_model(os.path.join(cfg.work_dir, "teacher", "model"), tagged, "IOB2")

@@ -97,3 +97,33 @@ def test_teacher_with_layer_decay_fine_tunes_under_float16(tiny_bert_dir):
              if "pooler" not in w.name]
     assert all(moved)
     assert NUM_TAGS == len(teacher.tag_vocab)
+
+
+def test_an_overflow_in_any_group_skips_every_group_and_lowers_the_scale():
+    from xtremedistil_tf.teachers.finetune import make_train_step
+
+    class Toy:
+        """A 'teacher' whose loss overflows (float32 inf once scaled) in the second group only when
+        label_ids[0, 0] is 1."""
+        top = tf.Variable([1.0, 2.0])
+        embeddings = tf.Variable([3.0, 4.0])
+
+        def loss(self, batch, training=False):
+            blow_up = tf.cast(batch["label_ids"][0, 0], tf.float32) * 1e35
+            return tf.reduce_sum(self.top ** 2) + (1.0 + blow_up) * tf.reduce_sum(self.embeddings)
+
+    toy = Toy()
+    with precision_policy("mixed_float16"):
+        groups = [(tf.keras.optimizers.Adam(0.1), [toy.top]), (tf.keras.optimizers.Adam(0.1), [toy.embeddings])]
+        step = make_train_step(toy, groups)
+    batch = {"input_ids": tf.ones([1, 2], tf.int32), "attention_mask": tf.ones([1, 2], tf.int32)}
+    step({**batch, "label_ids": tf.zeros([1, 2], tf.int32)})
+    top, embeddings = toy.top.numpy().copy(), toy.embeddings.numpy().copy()
+    scale = float(step.loss_scaler.loss_scale)
+    assert not np.allclose(top, [1.0, 2.0]) and not np.allclose(embeddings, [3.0, 4.0])
+    step({**batch, "label_ids": tf.ones([1, 2], tf.int32)})   # overflow in the embeddings' group only
+    np.testing.assert_array_equal(toy.top.numpy(), top)
+    np.testing.assert_array_equal(toy.embeddings.numpy(), embeddings)
+    assert float(step.loss_scaler.loss_scale) == scale / 2
+    assert int(groups[1][0].iterations) == 1
+

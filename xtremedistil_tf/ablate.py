@@ -28,6 +28,7 @@ import numpy as np
 from xtremedistil_tf import pipeline
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_text
+from xtremedistil_tf.training.precision import precision_policy
 from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
 from xtremedistil_tf.workdir import WorkDir
 
@@ -136,7 +137,8 @@ def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, la
                 "train_seconds": sum(v["train_seconds"] for v in per_language.values()),
                 "parameters": sum(v["parameters"] for v in per_language.values())}
 
-    work.run_step(strategy_step(sc.strategy), fingerprint, build)
+    with precision_policy(cfg.mixed_precision):
+        work.run_step(strategy_step(sc.strategy), fingerprint, build)
     return fingerprint
 
 

@@ -141,10 +141,10 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
         finetune_config = _with_progress(tc.finetune, cfg.progress)
         if cfg.data.task == CLASSIFICATION:
             result = finetune_sequence_teacher(teacher, tokenizer, splits["train"], splits["dev"], finetune_config,
-                                               log_dir=tensorboard_dir(work, "teacher"))
+                                               log_dir=fresh_tensorboard_dir(work, "teacher"))
         else:
             result = finetune(teacher, tokenizer, splits["train"], splits["dev"], cfg.data.scheme, finetune_config,
-                              log_dir=tensorboard_dir(work, "teacher"))
+                              log_dir=fresh_tensorboard_dir(work, "teacher"))
         seconds = time.time() - start
         teacher.save(tmp / "model", tokenizer)
         scores = {split: _evaluate_teacher(cfg, teacher, tokenizer, splits[split])
@@ -189,7 +189,8 @@ def _with_progress(config: FinetuneConfig, progress: bool) -> FinetuneConfig:
     return FinetuneConfig(**{**config.to_dict(), "progress": progress})
 
 
-def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprint: dict, teacher, tokenizer) -> dict:
+def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprint: dict, teacher,
+                 tokenizer) -> tuple:
     """Cache the teacher's outputs over `sentences` under step dir `name`; returns (info, the
     sentence index of each cached example)."""
     from xtremedistil_tf.data.alignment import encode
@@ -261,7 +262,7 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
         teacher, tokenizer = load_teacher(work.path("teacher") / "model")
         train_windows = work.step_info("transfer")["train_windows"]
         start = time.time()
-        log_dir = tensorboard_dir(work, name)
+        log_dir = fresh_tensorboard_dir(work, name)
         if cfg.data.task == CLASSIFICATION:
             return _classifier_student(work, cfg, teacher, tokenizer, splits, train_windows, tmp, log_dir)
         if sc.method == "multigrained":
@@ -305,9 +306,9 @@ def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, split
             "parameters": int(student.count_params())}
 
 
-def tensorboard_dir(work: WorkDir, step: str) -> Path:
-    """TensorBoard logs of a training step: <work_dir>/tensorboard/<step>/ (a rerun of the step
-    starts it afresh, so its curves are those of the artifact in the step dir)."""
+def fresh_tensorboard_dir(work: WorkDir, step: str) -> Path:
+    """TensorBoard log dir of a training step, <work_dir>/tensorboard/<step>/, emptied: a step that
+    runs again starts its curves afresh, so they always belong to the artifact in the step dir."""
     path = work.path("tensorboard") / step
     shutil.rmtree(path, ignore_errors=True)
     return path
@@ -329,13 +330,13 @@ def step_metrics(work: WorkDir) -> dict:
 def run(cfg: RunConfig) -> dict:
     work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
     fingerprint = step_data(work, cfg)
-    # After the data step accepted the work dir, so a refused run leaves the config of the run that
-    # made it in place.
-    atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
     fingerprint = step_teacher(work, cfg, fingerprint)
     fingerprint = step_transfer(work, cfg, fingerprint)
     if cfg.student is not None:
         step_student(work, cfg, fingerprint)
+    # Written once every step accepted the work dir: a refused run leaves the last finished run's
+    # config in place (each step's own configuration is in its step.json from the start).
+    atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
     return step_metrics(work)
 
 

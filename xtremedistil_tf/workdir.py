@@ -7,6 +7,7 @@ silently: the run stops and names the settings that differ (`--overwrite` replac
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -16,6 +17,9 @@ from typing import Callable, Optional
 
 from xtremedistil_tf.errors import ConfigError, WorkDirError
 from xtremedistil_tf.io import atomic_dir, atomic_write_json, read_json
+
+# errno values that mean the work dir could not be written (disk or quota full, read-only, no permission).
+WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 log = logging.getLogger(__name__)
 STEP_FILE = "step.json"
@@ -77,6 +81,8 @@ class WorkDir:
                 atomic_write_json(tmp / STEP_FILE, {"hash": fingerprint_hash(fingerprint),
                                                     "fingerprint": fingerprint, "info": info})
         except OSError as e:  # a full disk, a read-only dir: atomic_dir has removed the half-written step
+            if e.errno not in WRITE_ERRORS:
+                raise  # e.g. transformers' OSError for a model it cannot find: not the work dir's fault
             where = f" ({e.filename})" if e.filename else ""
             raise WorkDirError(f"step {name} failed: {e.strerror or e}{where}; nothing of it was kept in "
                                f"{self.path(name)} (rerun the same command once fixed)") from e

@@ -27,6 +27,7 @@ from xtremedistil_tf.data.loading import DATA_FORMATS
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export.student import CLASSIFIER
+from xtremedistil_tf.io import read_json
 
 FLAGS = flags.FLAGS
 
@@ -86,6 +87,7 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str) -> Dic
     if not sentences:
         raise ConfigError("no labeled sentences to score")
     kind, path = model_kind(directory)
+    _check_task(path, kind, sentences)
     if kind == "teacher":
         from xtremedistil_tf.teachers.classifier import SequenceTeacher, evaluate_sequence_teacher
         from xtremedistil_tf.teachers.finetune import evaluate_teacher
@@ -99,6 +101,16 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str) -> Dic
     else:
         scores = _evaluate_student(path, sentences, scheme)
     return {"model": str(path), "kind": kind, "scheme": scheme, **scores}
+
+
+def _check_task(path: Path, kind: str, sentences: Sequence[Sentence]) -> None:
+    """A classifier needs class labels, a tagger token tags: refuse data of the other task."""
+    meta = read_json(path / f"{kind}.json")
+    classifier = meta.get("task") == "classification" or meta.get("decoder") == CLASSIFIER
+    if classifier and any(s.label is None for s in sentences):
+        raise ConfigError(f"{path} is a sentence classifier; score it on --data_format=label_tsv data")
+    if not classifier and any(s.tags is None for s in sentences):
+        raise ConfigError(f"{path} tags tokens; score it on tagged data, not --data_format=label_tsv")
 
 
 def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str) -> Dict:
@@ -124,7 +136,7 @@ def format_scores(scores: Dict) -> str:
     a = scores["all"]
     lines = [f"{scores['kind']} {scores['model']} on {a['sentences']:,} sentences",
              f"precision {a['precision']:.4f}  recall {a['recall']:.4f}  F1 {a['f1']:.4f}"
-             + (f"  accuracy {a['accuracy']:.4f}  (classes, macro-averaged)" if "accuracy" in a else "")]
+             + (f"  accuracy {a['accuracy']:.4f}  (P/R/F1 macro-averaged over classes)" if "accuracy" in a else "")]
     for lang, s in scores.get("languages", {}).items():
         lines.append(f"  {lang:<8} F1 {s['f1']:.4f}  P {s['precision']:.4f}  R {s['recall']:.4f}  "
                      f"({s['sentences']:,} sentences)")

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from absl import app, flags
 
 from xtremedistil_tf.cli.common import define_common_flags, log_to_work_dir, one_line, run_main
-from xtremedistil_tf.data.loading import DATA_FORMATS, DataConfig
+from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, DataConfig
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
 
@@ -131,6 +132,13 @@ def check_flags() -> dict:
     if not isinstance(overrides, dict):
         raise ConfigError(f"--teacher_config_overrides={FLAGS.teacher_config_overrides}; expected a JSON object "
                           'such as \'{"num_hidden_layers": 4}\'')
+    if FLAGS.data_format in CLASSIFICATION_FORMATS:
+        if FLAGS.teacher_head != "softmax" or (FLAGS.student and FLAGS.method != "xtremedistil"):
+            raise ConfigError(f"--data_format={FLAGS.data_format} is sentence classification: it takes "
+                              "--teacher_head=softmax and --method=xtremedistil (CRFs tag tokens)")
+        if FLAGS.student and FLAGS.student_architecture != "bilstm":
+            raise ConfigError("sentence classification has a BiLSTM student only; drop --student_architecture="
+                              f"{FLAGS.student_architecture}")
     if FLAGS.student and FLAGS.method == "multigrained":
         if FLAGS.teacher_head != "crf":
             raise ConfigError("--method=multigrained distils from a CRF teacher's k-best paths: add --teacher_head=crf")
@@ -139,10 +147,13 @@ def check_flags() -> dict:
 
 
 def check_teacher(teacher) -> None:
-    """A local --teacher dir against the flags: config.json, weights, --teacher_layer, --max_seq_length."""
+    """A local --teacher dir against the flags: config.json, weights, --teacher_layer, --max_seq_length.
+    Skipped once the work dir holds a fine-tuned teacher: a resumed run no longer reads --teacher."""
     from xtremedistil_tf.pipeline import RANDOM_ALIAS, resolve_teacher_path
     from xtremedistil_tf.teachers.model import check_teacher_dir
 
+    if (Path(FLAGS.work_dir) / "teacher" / "step.json").exists():
+        return
     if teacher.name != RANDOM_ALIAS:
         check_teacher_dir(resolve_teacher_path(teacher.name), not teacher.random_init, teacher.layer,
                           teacher.max_seq_length, teacher.config_overrides)

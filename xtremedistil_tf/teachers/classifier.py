@@ -98,6 +98,8 @@ def write_sequence_outputs(teacher: SequenceTeacher, arrays: TextArrays, out_dir
         length = max(1, int(mask.sum(1).max()))
         logits, hidden = run(tf.constant(arrays.input_ids[start:end, :length]), tf.constant(mask[:, :length]))
         return {"input_ids": arrays.input_ids[start:end], "attention_mask": mask,
-                "label_ids": arrays.label_ids[start:end], "logits": logits.numpy(), "hidden": hidden.numpy()}
+                # float32 whatever the precision policy computed them in (the cache's dtypes decide storage).
+                "label_ids": arrays.label_ids[start:end], "logits": logits.numpy().astype(np.float32),
+                "hidden": hidden.numpy().astype(np.float32)}
 
     return write_sharded(out_dir, len(arrays), compute, fingerprint=fingerprint, **cache_options)

@@ -139,13 +139,30 @@ def make_train_step(teacher, groups, label_shape=(None, None)):
     """One compiled step on the teacher's own loss (`teacher.loss`), one optimizer per group.
     `label_shape`: [B, T] piece tags, or [B] (None,) for sentence classes.
 
-    Under mixed_float16 the loss is scaled by one dynamic loss scale, kept by the first group's
-    optimizer (wrapped in a LossScaleOptimizer, which skips a step that overflowed and lowers the
-    scale); the other groups get zero gradients on such a step."""
+    Under mixed_float16 one dynamic loss scale serves every group: the first group's optimizer is
+    wrapped in a LossScaleOptimizer, which sees an overflow anywhere (its gradients are made
+    non-finite when any group's are), skips its update and lowers the scale; the other groups skip
+    that step too."""
     variables = [v for _, vs in groups for v in vs]
     spec = tf.TensorSpec([None, None], tf.int32)
     labels = tf.TensorSpec(label_shape, tf.int32)
     scaler = tf.keras.mixed_precision.LossScaleOptimizer(groups[0][0]) if needs_loss_scaling() else None
+    if scaler:
+        # Slots must exist before apply_gradients runs inside tf.cond.
+        for optimizer, group in groups[1:]:
+            optimizer.build(group)
+
+    def apply(grads, finite):
+        start = 0
+        for index, (optimizer, group) in enumerate(groups):
+            pairs = list(zip(grads[start:start + len(group)], group))
+            start += len(group)
+            if not scaler:
+                optimizer.apply_gradients(pairs)
+            elif index == 0:
+                scaler.apply_gradients(pairs)
+            else:
+                tf.cond(finite, lambda opt=optimizer, pairs=pairs: _applied(opt, pairs), lambda: tf.constant(False))
 
     @tf.function(input_signature=[{"input_ids": spec, "attention_mask": spec, "label_ids": labels}])
     def train_step(batch):
@@ -153,20 +170,31 @@ def make_train_step(teacher, groups, label_shape=(None, None)):
             loss = teacher.loss(batch, training=True)
             scaled = scaler.get_scaled_loss(loss) if scaler else loss
         grads = tape.gradient(scaled, variables)
-        first = grads
+        finite = None
         if scaler:
-            first = grads = scaler.get_unscaled_gradients(grads)
+            grads = scaler.get_unscaled_gradients(grads)
             finite = all_finite(grads)
-            grads = [g if g is None else tf.where(finite, g, tf.zeros_like(g)) for g in grads]
-        start = 0
-        for index, (optimizer, group) in enumerate(groups):
-            source = first if index == 0 else grads
-            pairs = list(zip(source[start:start + len(group)], group))
-            (scaler if scaler and index == 0 else optimizer).apply_gradients(pairs)
-            start += len(group)
+            size = len(groups[0][1])
+            grads = [poison(g, finite) for g in grads[:size]] + list(grads[size:])
+        apply(grads, finite)
         return loss
 
+    train_step.loss_scaler = scaler  # None without loss scaling; read by tests and logs
     return train_step
+
+
+def _applied(optimizer, pairs):
+    optimizer.apply_gradients(pairs)
+    return tf.constant(True)
+
+
+def poison(gradient, finite):
+    """`gradient` where `finite`, NaN elsewhere (an IndexedSlices keeps its sparsity)."""
+    if gradient is None:
+        return None
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(poison(gradient.values, finite), gradient.indices, gradient.dense_shape)
+    return tf.where(finite, gradient, tf.constant(float("nan"), gradient.dtype))
 
 
 def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.ndarray:

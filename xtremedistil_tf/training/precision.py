@@ -6,7 +6,8 @@ Losses, softmax outputs and the CRF (layer, log-likelihood, k-best Viterbi) stay
 layer is float32 whatever the policy, and every loss casts its inputs. float16 has a narrow range,
 so its gradients are loss-scaled (Keras' dynamic `LossScaleOptimizer`); bfloat16 has float32's
 range and needs none. Precision is an execution setting like the batch placement: it is not part of
-a step's fingerprint, and the saved weights are float32 either way.
+a step's fingerprint, and the saved weights are float32 either way. A student saved from a mixed run
+keeps the policy in its layer configs, so `tf.keras.models.load_model` computes it in 16 bits too.
 """
 from __future__ import annotations
 
@@ -51,4 +52,5 @@ def with_loss_scaling(optimizer):
 
 def all_finite(gradients: Sequence[tf.Tensor]) -> tf.Tensor:
     """True when no gradient holds an inf or NaN (a float16 overflow)."""
-    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients if g is not None])
+    values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients if g is not None]
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in values])

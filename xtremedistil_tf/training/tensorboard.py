@@ -18,7 +18,7 @@ class ScalarLog:
         self.writer = tf.summary.create_file_writer(str(log_dir)) if log_dir else None
 
     def write(self, step: int, values: Mapping[str, Optional[float]]) -> None:
-        """Log every finite, non-None value of `values` at `step`."""
+        """Log every value of `values` that is not None at `step`."""
         if self.writer is None:
             return
         with self.writer.as_default():

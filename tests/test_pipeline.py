@@ -155,3 +155,15 @@ def test_tensorboard_logs_every_training_step(finished_run):
     assert [s for s, _ in student["val_loss"]] == list(range(1, epochs + 1))
     assert {"representation_transfer", "logits_transfer", "ce_train", "learning_rate"} <= set(student)
     assert all(0 < v <= cfg.student.learning_rate for _, v in student["learning_rate"])
+
+
+def test_student_fingerprint_ignores_what_the_method_does_not_read():
+    from dataclasses import replace
+
+    xd = StudentConfig(method="xtremedistil")
+    # Multi-grained settings do not make an XtremeDistil student.
+    assert pipeline.student_fingerprint(xd) == pipeline.student_fingerprint(replace(xd, losses=("hard",), kbest=3))
+    assert "losses" not in pipeline.student_fingerprint(xd)
+    mg = StudentConfig(method="multigrained", losses=("seq_fuzzy", "hard", "seq_ce"))
+    assert pipeline.student_fingerprint(mg)["losses"] == ["hard", "seq_ce", "seq_fuzzy"]
+    assert pipeline.student_fingerprint(mg) != pipeline.student_fingerprint(replace(mg, losses=("hard", "seq_ce")))

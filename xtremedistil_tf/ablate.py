@@ -101,7 +101,7 @@ def train_languages(work: WorkDir) -> List[Optional[str]]:
 def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, languages: Sequence[str]):
     """D0 with several languages: a student per language in ablate/D0/student-<lang>/, one step."""
     sc = cfg.student
-    fingerprint = {**upstream, "student": asdict(sc)}
+    fingerprint = {**upstream, "student": pipeline.student_fingerprint(sc)}
 
     def build(tmp: Path) -> dict:
         from xtremedistil_tf.evaluate import score_by_language

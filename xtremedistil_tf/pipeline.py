@@ -245,10 +245,27 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict):
     return fingerprint
 
 
+# StudentConfig fields only multi-grained distillation reads.
+MULTIGRAINED_FIELDS = ("losses", "loss_weighting", "kbest", "epochs", "use_unlabeled")
+
+
+def student_fingerprint(sc: StudentConfig) -> dict:
+    """The settings that make a student: an XtremeDistil student leaves out the multi-grained
+    fields (so their defaults can change without refusing its work dirs), and the loss terms are
+    listed in one canonical order (their order does not change the loss)."""
+    from xtremedistil_tf.training.multigrained import LOSSES
+
+    fields = asdict(sc)
+    if sc.method != "multigrained":
+        return {k: v for k, v in fields.items() if k not in MULTIGRAINED_FIELDS}
+    fields["losses"] = sorted(fields["losses"], key=lambda n: LOSSES.index(n) if n in LOSSES else len(LOSSES))
+    return fields
+
+
 def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "student"):
     """Distil `cfg.student` into step dir `name` (bin/ablate puts one per strategy under ablate/)."""
     sc = cfg.student
-    fingerprint = {**upstream, "student": asdict(sc)}
+    fingerprint = {**upstream, "student": student_fingerprint(sc)}
 
     if sc.method == "multigrained" and cfg.transfer.kbest < sc.kbest:
         raise ConfigError(f"the multi-grained student uses K={sc.kbest} surrogates but the teacher-output "

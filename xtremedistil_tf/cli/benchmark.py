@@ -2,6 +2,7 @@
 
     bin/benchmark crf [--repeats=50]
     bin/benchmark latency [--teacher_config=mbert-base --students=50x200,100x400 --queries=1000]
+    bin/benchmark memory [--memory_sizes=10000,100000 --memory_steps=300]   (peak RSS of student training vs transfer-set size)
     bin/benchmark precision [--repeats=20]   (a training step under float32 / mixed_bfloat16 / mixed_float16)
 """
 from __future__ import annotations
@@ -12,12 +13,13 @@ from absl import app, flags
 
 import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
 
-from xtremedistil_tf.benchmarks import latency  # noqa: E402
+from xtremedistil_tf.benchmarks import latency, memory  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("repeats", 50, "Timed runs per measurement (the median is printed).")
 # Flags must exist before absl parses the command line.
 latency.define_flags()
+memory.define_flags()
 
 
 def main(argv):

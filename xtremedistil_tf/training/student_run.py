@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -25,7 +25,9 @@ from xtremedistil_tf.export.student import StudentMeta, load_student_dir, write_
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
 from xtremedistil_tf.teachers.cache import read_sharded
-from xtremedistil_tf.training.staged import DistilConfig, batched, make_dev_f1, predict_tags, train_student
+from xtremedistil_tf.training.staged import (INPUT_KEYS, DistilConfig, batched, make_dev_f1, predict_tags,
+                                             train_student)
+from xtremedistil_tf.training.strategies import LOSS_TARGETS, get_strategy
 from xtremedistil_tf.training.tensorboard import EpochScalars, ScalarLog
 
 log = logging.getLogger(__name__)
@@ -104,12 +106,36 @@ def distil_config(cfg: StudentConfig, tag_vocab: TagVocab, progress: bool = Fals
                         representation_loss=cfg.representation_loss, verbose=2 if progress else 0)
 
 
-def staged_datasets(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_examples: int):
+def source_keys(strategy: str, source: str) -> Tuple[str, ...]:
+    """The features the strategy's losses on `source` ("train" or "transfer") read: the inputs,
+    `label_ids` (the staged loop tells sentence-level data by its rank) and the losses' targets."""
+    keys = [*INPUT_KEYS, "label_ids"]
+    for stage in get_strategy(strategy).stages:
+        for term in stage.terms:
+            target = LOSS_TARGETS[term.loss][1]
+            if term.source == source and target not in keys:
+                keys.append(target)
+    return tuple(keys)
+
+
+def staged_datasets(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_examples: int,
+                    shuffle_buffer: Optional[int] = None):
     """(labeled train, whole transfer set, dev) batches from the caches for the staged loop; the
-    labeled examples are the first `train_examples` of the transfer cache."""
-    transfer = read_sharded(transfer_dir)
-    train_ds = batched(transfer.take(train_examples), cfg.batch_size, shuffle_buffer=train_examples, seed=cfg.seed)
-    transfer_ds = batched(transfer, cfg.batch_size, shuffle_buffer=min(50_000, 10 * cfg.batch_size), seed=cfg.seed)
+    labeled examples are the first `train_examples` of the transfer cache.
+
+    Memory (docs/benchmarks.md, "Peak memory of student training"): the shuffle buffers are what
+    the input pipeline holds. Each set reads only the features its losses use, so the labeled set,
+    shuffled whole, holds ids, mask and tags (3 x T int32 per window, never the hidden states); the
+    transfer set goes through a buffer of `shuffle_buffer` windows (default min(50,000, 10 x batch
+    size)) whatever its size: at most that many windows x (ids, mask, tags, logits, float32 hidden).
+    """
+    shuffle_buffer = min(50_000, 10 * cfg.batch_size) if shuffle_buffer is None else shuffle_buffer
+    if shuffle_buffer < 1:
+        raise ConfigError(f"shuffle_buffer must be >= 1 window, got {shuffle_buffer}")
+    train = read_sharded(transfer_dir, keys=source_keys(cfg.strategy, "train")).take(train_examples)
+    train_ds = batched(train, cfg.batch_size, shuffle_buffer=train_examples, seed=cfg.seed)
+    transfer = read_sharded(transfer_dir, keys=source_keys(cfg.strategy, "transfer"))
+    transfer_ds = batched(transfer, cfg.batch_size, shuffle_buffer=shuffle_buffer, seed=cfg.seed)
     return train_ds, transfer_ds, batched(read_sharded(dev_cache_dir), cfg.batch_size)
 
 

@@ -1,0 +1,245 @@
+"""`bin/benchmark memory`: peak RSS of student training over cached transfer sets of 10k and 100k windows.
+
+Issue 9, item 6: the peak memory of student training must not grow with the transfer-set size.
+
+The cache: synthetic teacher outputs in the layout `teachers/multigrained_outputs.py` writes for
+WikiAnn (T=64 pieces, N=11 piece tags, MiniLM's H=384 hidden states stored as float16, K=5 k-best
+paths), random values, written with `teachers.cache.write_sharded` in 1,000-window shards. The
+first 2,000 windows are labeled, the rest carry [PAD] tags (unlabeled transfer sentences), as in
+the pipeline's transfer cache. Full size, nothing reduced: 100k windows are 5.2 GiB on disk (the
+caches are deleted afterwards).
+
+Each (loop, size) runs in a fresh Python process, so its peak RSS (`getrusage(RUSAGE_SELF)
+.ru_maxrss`, the kernel's VmHWM) is that run's alone, and trains for the same number of batches
+at every size (compute equal, only the data size differs):
+- staged: XtremeDistil D4.2 through `student_run.staged_datasets` + `staged.train_student`, the
+  code `bin/train --method=xtremedistil` runs, one epoch per unfreeze step, the transfer epoch cut
+  to `--memory_steps` batches *after* the pipeline's shuffle (so the shuffle buffer fills from
+  the whole cache, as in a real epoch); the labeled stage runs its 63 batches of 2,000 windows.
+- multigrained: the hard + seq_ce step of `training/multigrained.py` on the stream its
+  `train_multigrained` builds (`_stream`: select keys, shuffle with `shuffle_buffer`, batch,
+  trim) over `read_sharded` of the cache, as `student_run.distil_multigrained` reads it, cut to
+  `--memory_steps` batches after the shuffle; the epoch loop's bookkeeping and dev scoring are
+  left out.
+Both students are small BiLSTMs (E=50, H=64 per direction): their weights are the same at every
+size, so they only shift the baseline. `--repeats` is not used.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+SEQ, HIDDEN, KBEST, VOCAB = 64, 384, 5, 30522
+LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]  # + X, [CLS], [SEP], [PAD]: 11 tags
+TAGS = len(LABELS) + 4
+PAD_ID = TAGS - 1
+LABELED = 2_000
+DEV = 512
+BATCH = 32
+SHARD = 1_000
+EMBEDDING, UNITS = 50, 64
+LOOPS = ("staged", "multigrained")
+
+
+def define_flags() -> None:
+    """This benchmark's flags; call before flags are parsed (bin/benchmark does). Idempotent."""
+    from absl import flags
+
+    definitions = [
+        ("memory_sizes", "10000,100000", "memory: transfer-set sizes (windows), comma-separated."),
+        ("memory_loops", ",".join(LOOPS), "memory: training loops to measure: staged, multigrained."),
+        ("memory_dir", "", "memory: where to write the caches (default: a new dir under $TMPDIR); removed after."),
+    ]
+    for name, default, help_text in definitions:
+        if name not in flags.FLAGS:
+            flags.DEFINE_string(name, default, help_text)
+    if "memory_steps" not in flags.FLAGS:
+        flags.DEFINE_integer("memory_steps", 300, "memory: training batches per run (of 32 windows).")
+    if "memory_shuffle_buffer" not in flags.FLAGS:
+        flags.DEFINE_integer("memory_shuffle_buffer", 0,
+                             "memory: multigrained shuffle_buffer (0: MultiGrainedConfig's default).")
+
+
+def window_outputs(start: int, end: int, labeled: int = LABELED, seq: int = SEQ, hidden: int = HIDDEN,
+                   kbest: int = KBEST) -> Dict[str, np.ndarray]:
+    """Synthetic teacher outputs of windows [start, end): random, deterministic in `start`, zeros past
+    each window's length (mean ~15 pieces, as WikiAnn under MiniLM), [PAD] tags from `labeled` on."""
+    rng = np.random.default_rng(start)
+    rows = end - start
+    lengths = np.clip(3 + rng.poisson(12, rows), 3, seq)
+    real = np.arange(seq)[None, :] < lengths[:, None]
+    ids = np.where(real, rng.integers(1000, VOCAB, (rows, seq)), 0).astype(np.int32)
+    tags = np.where(real, rng.integers(0, len(LABELS), (rows, seq)), PAD_ID).astype(np.int32)
+    tags[start + np.arange(rows) >= labeled] = PAD_ID
+    kbest_tags = np.where(real[:, None], rng.integers(0, len(LABELS), (rows, kbest, seq)), 0).astype(np.uint8)
+    probs = np.sort(rng.dirichlet(np.ones(kbest + 1), rows)[:, :kbest], axis=1)[:, ::-1].astype(np.float32)
+    marginals = rng.dirichlet(np.ones(TAGS), (rows, seq)).astype(np.float32) * real[..., None]
+    return {
+        "input_ids": ids, "attention_mask": real.astype(np.int32), "label_ids": tags,
+        "logits": (rng.standard_normal((rows, seq, TAGS), dtype=np.float32) * real[..., None]),
+        "hidden": (rng.standard_normal((rows, seq, hidden), dtype=np.float32) * real[..., None]),
+        "kbest_tags": kbest_tags, "kbest_probs": np.ascontiguousarray(probs),
+        "kbest_valid": np.ones((rows, kbest), bool), "residual": 1.0 - probs.sum(1),
+        "marginals": marginals,
+    }
+
+
+def write_cache(directory, size: int, labeled: int = LABELED, **shape) -> dict:
+    """A complete cache of `size` synthetic windows in `directory` (`write_sharded`, hidden as float16)."""
+    from xtremedistil_tf.teachers.cache import write_sharded
+
+    return write_sharded(directory, size, lambda s, e: window_outputs(s, e, labeled, **shape),
+                         shard_size=SHARD, batch_size=250, dtypes={"hidden": "float16"},
+                         fingerprint={"benchmark": "memory", "labeled": labeled, **shape}, progress=False)
+
+
+def _rss_mib() -> float:
+    """Resident set size now (VmRSS), MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _peak_rss_mib() -> float:
+    """Peak resident set size of this process so far (ru_maxrss: KiB on Linux), MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def train_staged(transfer_dir, dev_dir, steps: int) -> Dict[str, float]:
+    """D4.2 on the cache through the pipeline's staged_datasets and train_student (see module doc)."""
+    import tensorflow as tf
+
+    from xtremedistil_tf.students import build_bilstm_student
+    from xtremedistil_tf.training.staged import DistilConfig, train_student
+    from xtremedistil_tf.training.student_run import StudentConfig, staged_datasets
+
+    cfg = StudentConfig(batch_size=BATCH, seed=0)
+    tf.keras.utils.set_random_seed(cfg.seed)
+    train_ds, transfer_ds, dev_ds = staged_datasets(cfg, transfer_dir, dev_dir, LABELED)
+    student = build_bilstm_student(VOCAB, TAGS, embedding_dim=EMBEDDING, hidden=UNITS, teacher_hidden=HIDDEN)
+    config = DistilConfig(pad_id=PAD_ID, epochs_per_layer=1, patience=None)
+    before, start = _rss_mib(), time.perf_counter()
+    history = train_student("D4.2", student, train_ds, transfer_ds.take(steps), dev_ds, config)
+    return {"rss_before_mib": before, "seconds": time.perf_counter() - start, "fits": len(history.steps)}
+
+
+def train_multigrained_steps(transfer_dir, steps: int, shuffle_buffer: int = 0) -> Dict[str, float]:
+    """`steps` multi-grained (hard + seq_ce) steps on train_multigrained's stream of the cache."""
+    import tensorflow as tf
+
+    from xtremedistil_tf.layers.uncertainty import loss_weighting
+    from xtremedistil_tf.students.crf_student import build_bilstm_crf_student
+    from xtremedistil_tf.teachers.cache import read_sharded
+    from xtremedistil_tf.training import multigrained as mg
+
+    options = {"shuffle_buffer": shuffle_buffer} if shuffle_buffer else {}
+    config = mg.MultiGrainedConfig(losses=("hard", "seq_ce"), batch_size=BATCH, kbest=KBEST, seed=0, **options)
+    tf.keras.utils.set_random_seed(config.seed)
+    transfer = read_sharded(transfer_dir)
+    keys = mg._needed_keys(config.losses, list(transfer.element_spec))
+    train = mg._stream(transfer, keys, config, shuffle=True).take(steps)
+    student = build_bilstm_crf_student(VOCAB, TAGS, None, embedding_dim=EMBEDDING, hidden=UNITS)
+    weighting = loss_weighting(config.weighting, len(config.losses))
+    weighting.build(tf.TensorShape([len(config.losses)]))
+    step = mg._Steps(student, weighting, config, PAD_ID, mg._relaxed(train.element_spec))
+    before, start, first, done = _rss_mib(), time.perf_counter(), None, 0
+    for batch in train:
+        if first is None:
+            first = time.perf_counter() - start
+        step.train(batch)
+        done += 1
+    return {"rss_before_mib": before, "seconds": time.perf_counter() - start, "first_batch_s": first,
+            "batches": done, "shuffle_buffer": config.shuffle_buffer}
+
+
+def child(loop: str, transfer_dir: str, dev_dir: str, steps: int, shuffle_buffer: int = 0) -> dict:
+    """One measurement, in this (fresh) process: the loop's numbers plus peak RSS."""
+    import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+    if loop == "staged":
+        result = train_staged(transfer_dir, dev_dir, steps)
+    elif loop == "multigrained":
+        result = train_multigrained_steps(transfer_dir, steps, shuffle_buffer)
+    else:
+        raise ValueError(f"unknown loop {loop!r}; expected one of {LOOPS}")
+    return {"loop": loop, "peak_rss_mib": _peak_rss_mib(), **result}
+
+
+def measure(loop: str, transfer_dir, dev_dir, steps: int, shuffle_buffer: int = 0) -> dict:
+    """Run `child` in a new Python process; its JSON result."""
+    command = [sys.executable, "-m", "xtremedistil_tf.benchmarks.memory", loop, str(transfer_dir), str(dev_dir),
+               str(steps), str(shuffle_buffer)]
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _cache_bytes(directory) -> int:
+    return sum(p.stat().st_size for p in Path(directory).iterdir())
+
+
+def benchmark(sizes: Sequence[int], loops: Sequence[str], steps: int, root=None,
+              shuffle_buffer: int = 0) -> List[str]:
+    """Write the caches, measure every (loop, size) in its own process, delete the caches."""
+    import tensorflow as tf
+
+    unknown = [loop for loop in loops if loop not in LOOPS]
+    if unknown:
+        raise ValueError(f"unknown loop(s) {unknown}; expected some of {LOOPS}")
+    root = Path(tempfile.mkdtemp(prefix="xd_memory_", dir=root or None))
+    lines = [f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, TF {tf.__version__}; "
+             f"cache: T={SEQ} N={TAGS} H={HIDDEN} (float16) K={KBEST}, {LABELED:,} labeled windows first; "
+             f"{steps} batches of {BATCH} per run, each run in a fresh process"]
+    results = {}
+    try:
+        start = time.perf_counter()
+        write_cache(root / "dev", DEV, labeled=DEV)
+        for size in sizes:
+            write_cache(root / f"transfer_{size}", size)
+            lines.append(f"cache {size:>7,} windows: {_cache_bytes(root / f'transfer_{size}') / 2**30:.2f} GiB "
+                         f"on disk (written in {time.perf_counter() - start:.0f} s)")
+            start = time.perf_counter()
+        lines.append(f"{'loop':<14}{'windows':>9}{'RSS before':>12}{'peak RSS':>10}{'vs first':>10}"
+                     f"{'seconds':>9}  notes")
+        for loop in loops:
+            for size in sizes:
+                r = measure(loop, root / f"transfer_{size}", root / "dev", steps, shuffle_buffer)
+                results[(loop, size)] = r
+                base = results[(loop, sizes[0])]["peak_rss_mib"]
+                notes = (f"{r['fits']} fits" if loop == "staged" else
+                         f"shuffle_buffer {r['shuffle_buffer']:,}, first batch after {r['first_batch_s']:.1f} s")
+                lines.append(f"{loop:<14}{size:>9,}{r['rss_before_mib']:>9.0f} MiB{r['peak_rss_mib']:>6.0f} MiB"
+                             f"{r['peak_rss_mib'] / base:>9.2f}x{r['seconds']:>9.0f}  {notes}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return lines
+
+
+def run(repeats: int) -> List[str]:
+    from absl import flags
+
+    FLAGS = flags.FLAGS
+    sizes = [int(s) for s in FLAGS.memory_sizes.split(",") if s.strip()]
+    loops = [s.strip() for s in FLAGS.memory_loops.split(",") if s.strip()]
+    return benchmark(sizes, loops, FLAGS.memory_steps, FLAGS.memory_dir or None, FLAGS.memory_shuffle_buffer)
+
+
+if __name__ == "__main__":
+    loop_, transfer_, dev_, steps_, buffer_ = sys.argv[1:6]
+    print(json.dumps(child(loop_, transfer_, dev_, int(steps_), int(buffer_))), flush=True)

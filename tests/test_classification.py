@@ -108,7 +108,7 @@ def classification_run(tmp_path_factory, tiny_bert_dir):
     teacher = pipeline.TeacherConfig(name=str(tiny_bert_dir), random_init=True, max_seq_length=16, dropout=0.0,
                                      layer=2, finetune=FinetuneConfig(epochs=10, batch_size=16, learning_rate=3e-3,
                                                                       patience=10, progress=False))
-    student = StudentConfig(embedding_dim=16, hidden=16, epochs_per_layer=2, patience=2, batch_size=32,
+    student = StudentConfig(embedding_dim=16, hidden=16, epochs_per_layer=3, patience=3, batch_size=32,
                             learning_rate=2e-2, strategy="D4.2")
     cfg = pipeline.RunConfig(work_dir=str(tmp_path_factory.mktemp("work")), data=data, teacher=teacher,
                              student=student, transfer=pipeline.TransferConfig(shard_size=64, batch_size=32),

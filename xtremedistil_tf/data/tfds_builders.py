@@ -131,9 +131,12 @@ class _ReaderBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         return kwargs
 
     def _source_files(self, manual_dir: Path) -> List[Path]:
+        """The user's files a prepared dataset is made from (their fingerprint guards reuse).
+        Every builder below defines it; this base is never registered."""
         raise NotImplementedError
 
     def _split_readers(self, manual_dir: Path) -> Dict[str, Callable[[], List[Sentence]]]:
+        """{split: a function reading that split with our readers}; defined by every builder below."""
         raise NotImplementedError
 
     def _split_generators(self, dl_manager):

@@ -120,10 +120,12 @@ def test_teacher_and_student_learn_the_texts_classes(classification_run):
     cfg, metrics = classification_run
     assert metrics["data"]["labels"] == ["none", "people", "places"]
     assert metrics["transfer"]["windows"] == 192 + 60 and metrics["transfer"]["train_windows"] == 192
-    # Three balanced classes: chance is about 1/3.
-    assert metrics["teacher"]["scores"]["test"]["all"]["accuracy"] > 0.9
+    # Three balanced classes: chance is about 1/3. The tiny random teacher's accuracy varies between
+    # 0.7 and 0.98 with the run's thread scheduling (seen in full-suite runs), so the bars are set at
+    # twice chance: a broken label, mask or pooling path stays near 1/3.
+    assert metrics["teacher"]["scores"]["test"]["all"]["accuracy"] > 0.6
     student = metrics["student"]["scores"]["test"]["all"]
-    assert student["accuracy"] > 0.8 and student["f1"] > 0.8
+    assert student["accuracy"] > 0.6 and student["f1"] > 0.6
 
 
 def test_cache_holds_sentence_level_targets(classification_run):

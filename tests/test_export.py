@@ -59,7 +59,7 @@ def student(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
 
 @pytest.fixture(scope="module")
 def exported(student, tmp_path_factory):
-    return export_student(student[1], tmp_path_factory.mktemp("export"))
+    return export_student(student[1], tmp_path_factory.mktemp("export"))[0]
 
 
 def reference(model, tokenizer, text):
@@ -222,3 +222,70 @@ def test_crf_student_decodes_with_viterbi(tiny_tokenizer, tiny_tokenizer_dir):
     assert len(set(expected[0, :5])) == 1 and len(set(np.argmax(scores[0, :5], -1))) > 1
     np.testing.assert_allclose(out["probs"].numpy()[mask == 1].sum(-1), 1.0, atol=1e-5)
     assert serving.serve(tf.constant(["john was in paris", ""]))["num_words"].numpy().tolist() == [4, 0]
+
+
+@pytest.mark.parametrize("heads_on, training_only", [("projection", ["logits"]), ("states", ["logits", "projection"])])
+def test_served_graph_leaves_out_training_only_heads(tiny_tokenizer, tiny_tokenizer_dir, heads_on, training_only):
+    """The SavedModel holds only the layers on the path to the tags, and they give the Keras probs."""
+    tf.keras.utils.set_random_seed(4)
+    model = build_bilstm_student(tiny_tokenizer.vocab_size, len(TAG_VOCAB), embedding_dim=8, hidden=8,
+                                 teacher_hidden=12, dropout=0.0, heads_on=heads_on)
+    serving = NerServing(model, StudentMeta(TOY_LABELS), read_vocab(tiny_tokenizer_dir / "vocab.txt"))
+    left_out = sum(model.get_layer(name).count_params() for name in training_only)
+    assert serving.served_parameters() == model.count_params() - left_out
+    ids = np.array([[2, 70, 45, 60, 3], [2, 50, 3, 0, 0]], np.int32)
+    mask = (ids > 0).astype(np.int32)
+    expected = model({"input_ids": ids, "attention_mask": mask})["probs"].numpy()
+    np.testing.assert_allclose(serving.ids(ids, mask)["probs"].numpy()[mask == 1], expected[mask == 1], atol=1e-6)
+
+
+def test_states_heads_bypass_the_projection(tiny_tokenizer):
+    """heads_on="states": the tags do not depend on the projection's weights (the paper's W^s h^s)."""
+    model = build_bilstm_student(tiny_tokenizer.vocab_size, len(TAG_VOCAB), embedding_dim=8, hidden=8,
+                                 teacher_hidden=12, dropout=0.0, heads_on="states")
+    inputs = {"input_ids": np.array([[2, 70, 3]], np.int32), "attention_mask": np.ones((1, 3), np.int32)}
+    before = model(inputs)
+    projection = model.get_layer("projection")
+    projection.set_weights([w + 1.0 for w in projection.get_weights()])
+    after = model(inputs)
+    np.testing.assert_array_equal(before["probs"].numpy(), after["probs"].numpy())
+    assert not np.allclose(before["projection"].numpy(), after["projection"].numpy())
+
+
+def test_pruned_vocabulary_serves_its_corpus_unchanged(student, tmp_path):
+    """--prune_vocab: the corpus's texts give the same tags and spans with fewer embedding rows;
+    a word whose pieces were dropped splits into kept characters, not [UNK]."""
+    from xtremedistil_tf.export.vocabulary import kept_piece_ids, piece_counts
+
+    model, student_dir = student
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"tokens": "john was in paris .".split()}) + "\n"
+                      + json.dumps({"tokens": ["johnson", "at", "paris"]}) + "\n", encoding="utf-8")
+    full = NerServing.from_student_dir(student_dir)
+    pruned = NerServing.from_student_dir(student_dir, prune_corpus=[corpus])
+    dropped = set(full.vocab) - set(pruned.vocab)
+    assert dropped == {"the", "of", "to", "and", "on", "is", "berlin", "mary"}
+    width = model.get_layer("word_embedding").output_dim
+    assert pruned.served_parameters() == full.served_parameters() - len(dropped) * width
+    texts = tf.constant(["john was in paris .", "johnson at paris", "paris"])
+    for key, value in full.serve(texts).items():
+        np.testing.assert_array_equal(pruned.serve(texts)[key].numpy(), value.numpy(), err_msg=key)
+    pieces = pruned.tokenizer.tokenize(tf.constant(["mary"])).flat_values.numpy()
+    assert [pruned.vocab[i] for i in pieces] == ["m", "##a", "##r", "##y"]
+    # Without the character rule, only seen pieces and the special ones survive.
+    vocab = full.vocab
+    counts = piece_counts(["john was"], vocab, lower_case=True)
+    kept = {vocab[i] for i in kept_piece_ids(counts, vocab, keep_characters=False)}
+    assert kept == {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "john", "was"}
+
+
+def test_prune_corpus_errors_name_file_and_line(tmp_path):
+    from xtremedistil_tf.errors import DataFormatError
+    from xtremedistil_tf.export.vocabulary import corpus_texts
+
+    bad = tmp_path / "train.jsonl"
+    bad.write_text('{"tokens": ["a"]}\n{"tags": ["O"]}\n', encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"train\.jsonl:2: expected a JSON object"):
+        list(corpus_texts([bad]))
+    with pytest.raises(DataFormatError, match="missing.txt: vocabulary corpus not found"):
+        list(corpus_texts([tmp_path / "missing.txt"]))

@@ -2,6 +2,7 @@
 
     bin/export --work_dir=runs/demo                      # runs/demo/student -> runs/demo/export/ner/<next>
     bin/export --student_dir=s --export_dir=models --model_name=ner --version=3
+    bin/export --work_dir=runs/demo --prune_vocab       # serve only the pieces the training data uses
 """
 from __future__ import annotations
 
@@ -19,6 +20,13 @@ flags.DEFINE_string("export_dir", "", "Base directory of served models (default:
 flags.DEFINE_string("model_name", "ner", "Model name: TF Serving's --model_name and the URL path.")
 flags.DEFINE_integer("version", 0, "Version directory to write (0: one above the highest present).")
 flags.DEFINE_bool("overwrite", False, "Replace an existing version directory.")
+flags.DEFINE_bool("prune_vocab", False, "Serve only the word pieces the student's training data uses "
+                  "(--prune_corpus; default: <work_dir>/data/train.jsonl and transfer.jsonl). docs/serving.md.")
+flags.DEFINE_list("prune_corpus", [], "Texts whose pieces are kept by --prune_vocab: JSON lines with \"tokens\" "
+                  "(a work dir's data/*.jsonl) or plain text, one text a line.")
+flags.DEFINE_integer("prune_min_count", 1, "--prune_vocab keeps pieces seen at least this many times.")
+flags.DEFINE_bool("prune_keep_characters", True, "--prune_vocab also keeps every one-character piece, so unseen "
+                  "words split into characters rather than [UNK].")
 
 define_common_flags()
 
@@ -35,11 +43,31 @@ def _dirs():
     return Path(student), Path(export)
 
 
+def _prune_corpus():
+    """The texts whose pieces --prune_vocab keeps; () without --prune_vocab."""
+    if not FLAGS.prune_vocab:
+        if FLAGS.prune_corpus:
+            raise ConfigError("--prune_corpus is used only with --prune_vocab")
+        return ()
+    if FLAGS.prune_corpus:
+        return [Path(p) for p in FLAGS.prune_corpus]
+    if not FLAGS.work_dir:
+        raise ConfigError("--prune_vocab needs --prune_corpus or a --work_dir whose data/ it reads")
+    data = Path(FLAGS.work_dir) / "data"
+    corpus = [p for p in (data / "train.jsonl", data / "transfer.jsonl") if p.exists()]
+    if not corpus:
+        raise ConfigError(f"--prune_vocab: {data} has no train.jsonl or transfer.jsonl; pass --prune_corpus")
+    return corpus
+
+
 def export() -> None:
     from xtremedistil_tf.export.serving import export_student
 
     student_dir, export_dir = _dirs()
-    target = export_student(student_dir, export_dir, FLAGS.model_name, FLAGS.version, FLAGS.overwrite)
+    target, module = export_student(student_dir, export_dir, FLAGS.model_name, FLAGS.version, FLAGS.overwrite,
+                                    _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters)
+    print(f"served graph: {module.served_parameters():,} parameters, {len(module.vocab):,} word pieces",
+          flush=True)
     print(target, flush=True)
 
 

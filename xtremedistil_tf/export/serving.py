@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -22,7 +23,8 @@ from xtremedistil_tf.crf import ops as crf_ops
 from xtremedistil_tf.data.alignment import PAD_TAG
 from xtremedistil_tf.data.schemes import split_tag
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.export.student import CLASSIFIER, StudentMeta, load_student_dir
+from xtremedistil_tf.export.student import CLASSIFIER, StudentMeta, load_student_dir, served_model
+from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, with_vocabulary
 from xtremedistil_tf.io import atomic_dir
 
 # Prefix codes of a word's tag for span decoding; I- and M- (BMES) are the same "inside".
@@ -135,13 +137,23 @@ class _Untracked:
 class NerServing(tf.Module):
     """The student plus its tokenizer and decoding, with `serve` (strings) and `ids` (pieces)."""
 
-    def __init__(self, model: tf.keras.Model, config: StudentMeta, vocab: List[str]):
+    def __init__(self, model: tf.keras.Model, config: StudentMeta, vocab: List[str],
+                 keep_ids: Optional[np.ndarray] = None):
+        """`keep_ids`: serve only these pieces of `vocab` (export.vocabulary.kept_piece_ids)."""
         super().__init__(name="ner_serving")
         if config.decoder == CLASSIFIER:
             raise ConfigError("this student is a sentence classifier; bin/export serves taggers only. Load it "
                               "with tf.keras.models.load_model(<student_dir>/model) after import xtremedistil_tf")
-        self._keras = _Untracked(model=model)
-        self.student_variables = list(model.variables)
+        served = served_model(model, config)
+        if keep_ids is not None:
+            served, vocab = with_vocabulary(served, keep_ids), [vocab[i] for i in keep_ids]
+        self.vocab = vocab
+        self._keras = _Untracked(model=served)
+        # Only what serving runs is saved: training-only heads stay out of the SavedModel.
+        self.student_variables = list(served.variables)
+        if config.decoder == "crf":
+            self._keras.crf = model.get_layer("crf")
+            self.student_variables += list(self._keras.crf.variables)
         self.config = config
         self.tokenizer = tf_text.FastBertTokenizer(
             vocab, token_out_type=tf.int32, unknown_token="[UNK]",
@@ -156,13 +168,22 @@ class NerServing(tf.Module):
         self._prefixes = tf.constant(prefixes, tf.int32)
         self._type_ids = tf.constant(type_ids, tf.int32)
         self._types = tf.constant(types + [""])  # "" keeps the constant non-empty when there are no types
-        if config.decoder == "crf":
-            self._keras.crf = model.get_layer("crf")
-            self._keras.emissions = tf.keras.Model(model.inputs, self._keras.crf.input, name="crf_emissions")
+
+    def served_parameters(self) -> int:
+        """Parameters of the served graph (embeddings, body and the heads on the path to the tags)."""
+        return int(sum(v.shape.num_elements() for v in self.student_variables))
 
     @classmethod
-    def from_student_dir(cls, student_dir) -> "NerServing":
-        return cls(*load_student_dir(student_dir))
+    def from_student_dir(cls, student_dir, prune_corpus: Sequence[Path] = (), min_count: int = 1,
+                         keep_characters: bool = True) -> "NerServing":
+        """The saved student; with `prune_corpus`, serving only the pieces those texts use
+        (export.vocabulary)."""
+        model, config, vocab = load_student_dir(student_dir)
+        keep_ids = None
+        if prune_corpus:
+            counts = piece_counts(corpus_texts(prune_corpus), vocab, config.lower_case)
+            keep_ids = kept_piece_ids(counts, vocab, min_count, keep_characters)
+        return cls(model, config, vocab, keep_ids)
 
     def decode_windows(self, input_ids, attention_mask):
         """Piece tags of windows [C, L]: (tag_ids int32, tag_probs float32, probs [C, L, N] float32).
@@ -174,7 +195,7 @@ class NerServing(tf.Module):
         if self.config.decoder == "crf":
             crf, lengths = self._keras.crf, tf.reduce_sum(attention_mask, axis=1)
             potentials = crf_ops.apply_boundary_constraints(
-                tf.cast(self._keras.emissions(inputs, training=False), tf.float32), lengths,
+                tf.cast(self._keras.model(inputs, training=False), tf.float32), lengths,
                 crf.start_allowed, crf.end_allowed)
             tag_ids = crf_ops.crf_decode(potentials, crf.transitions, lengths)[0]
             probs = crf_ops.crf_marginals(potentials, lengths, crf.transitions)
@@ -253,11 +274,15 @@ def next_version(model_dir: Path) -> int:
     return max(versions, default=0) + 1
 
 
-def export_student(student_dir, export_dir, name: str = "ner", version: int = 0, overwrite: bool = False) -> Path:
-    """Writes <export_dir>/<name>/<version>/ (SavedModel with `serving_default` and `ids`).
+def export_student(student_dir, export_dir, name: str = "ner", version: int = 0, overwrite: bool = False,
+                   prune_corpus: Sequence[Path] = (), min_count: int = 1,
+                   keep_characters: bool = True) -> Tuple[Path, NerServing]:
+    """Writes <export_dir>/<name>/<version>/ (SavedModel with `serving_default` and `ids`);
+    returns it and the module that was saved.
 
-    version 0 means the next free version. The student's student.json is copied to
-    assets.extra/ (TF Serving ignores it; bin/predict and clients read the tags there).
+    version 0 means the next free version. `prune_corpus` etc.: see NerServing.from_student_dir.
+    assets.extra/ (which TF Serving ignores) gets the student's student.json (bin/predict and
+    clients read the tags there) and the served vocab.txt (the ids the `ids` signature takes).
     """
     student_dir = Path(student_dir)
     model_dir = Path(export_dir) / name
@@ -265,11 +290,12 @@ def export_student(student_dir, export_dir, name: str = "ner", version: int = 0,
     target = model_dir / str(version)
     if target.exists() and not overwrite:
         raise ConfigError(f"{target} exists; pass --overwrite or another --version")
-    module = NerServing.from_student_dir(student_dir)
+    module = NerServing.from_student_dir(student_dir, prune_corpus, min_count, keep_characters)
     signatures = {"serving_default": module.serve.get_concrete_function(),
                   "ids": module.ids.get_concrete_function()}
     with atomic_dir(target) as tmp:
         tf.saved_model.save(module, str(tmp), signatures=signatures)
         (tmp / "assets.extra").mkdir()
         shutil.copyfile(student_dir / "student.json", tmp / "assets.extra" / "student.json")
-    return target
+        (tmp / "assets.extra" / "vocab.txt").write_text("".join(p + "\n" for p in module.vocab), encoding="utf-8")
+    return target, module

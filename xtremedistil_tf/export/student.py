@@ -91,6 +91,19 @@ def load_student_dir(student_dir):
     return model, config, vocab
 
 
+def served_model(model: tf.keras.Model, config: StudentMeta) -> tf.keras.Model:
+    """The part of a trained student that serving runs, as a Keras model on the same layers.
+
+    softmax taggers and classifiers: inputs -> {"probs"}; CRF taggers: inputs -> the emissions the
+    `crf` layer reads (its transitions are applied by the caller). Heads used only in training
+    (the `logits` regressor, and the `projection` when the heads read the states) drop out,
+    because a functional model keeps only the layers between its inputs and outputs.
+    """
+    if config.decoder == "crf":
+        return tf.keras.Model(model.inputs, model.get_layer("crf").input, name=f"{model.name}_emissions")
+    return tf.keras.Model(model.inputs, {"probs": model.get_layer("probs").output}, name=f"{model.name}_served")
+
+
 def write_student_dir(model: tf.keras.Model, student_dir, config: StudentMeta, vocab_file) -> Path:
     """Writes the layout above (the model, student.json, a copy of `vocab_file`); returns the dir."""
     student_dir = Path(student_dir)

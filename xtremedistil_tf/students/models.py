@@ -1,10 +1,15 @@
 """XtremeDistil students as Keras functional models with stable layer names.
 
-Layout (paper section 3 and 4; in the authors' code the heads sit on the projection output):
+Layout (paper section 3 and 4), with `heads_on="projection"` (the default; the authors' code):
 
     input_ids ─> word_embedding ─> dropout ─> bilstm | encoder ─> dropout ─> projection (GELU, W^f b^f)
                                                                                ├─> dropout ─> logits  (W^r b^r)
                                                                                └─> dropout ─> softmax (W^s) ─> probs
+
+With `heads_on="states"` (the paper's equations: W^r, W^s in R^{C x 2H}) logits and softmax read
+the BiLSTM/encoder states and the projection only feeds the representation loss, so it leaves the
+served graph (export.serving.served_model): at (E, H) = (50, 200) that is 308K fewer parameters
+and 43% fewer multiply-adds per token (docs/benchmarks.md, issue 6).
 
 Outputs, a dict: "projection" [B, T, H_T] (compared with the teacher's hidden states),
 "logits" [B, T, N] (regresses the teacher's logits), "probs" [B, T, N] (softmax over the tags,
@@ -22,6 +27,7 @@ from xtremedistil_tf.students.embeddings import check_embeddings
 from xtremedistil_tf.students.layers import SequenceMask, TransformerEncoder
 
 OUTPUTS = ("projection", "logits", "probs")
+HEADS_ON = ("projection", "states")
 
 
 def _inputs():
@@ -35,13 +41,17 @@ def _word_embedding(vocab_size: int, embedding_dim: int):
         embeddings_initializer=tf.keras.initializers.RandomUniform(-0.1, 0.1))
 
 
-def _heads(states, num_tags: int, teacher_hidden: int, dropout: float) -> dict:
-    """Projection, logit regressor and softmax head on `states` [..., width] -> output dict."""
+def _heads(states, num_tags: int, teacher_hidden: int, dropout: float, heads_on: str = "projection") -> dict:
+    """Projection, logit regressor and softmax head on `states` [..., width] -> output dict; the
+    two task heads read the projection or the states themselves (`heads_on`, see the module docstring)."""
+    if heads_on not in HEADS_ON:
+        raise ValueError(f"heads_on must be one of {HEADS_ON}; got {heads_on!r}")
     projection = tf.keras.layers.Dense(teacher_hidden, activation="gelu", name="projection")(states)
     dropped = tf.keras.layers.Dropout(dropout, name="projection_dropout")(projection)
-    logits = tf.keras.layers.Dense(num_tags, name="logits")(dropped)
+    head_input = dropped if heads_on == "projection" else states
+    logits = tf.keras.layers.Dense(num_tags, name="logits")(head_input)
     # Eq. 1 has no bias for W^s.
-    scores = tf.keras.layers.Dense(num_tags, use_bias=False, name="softmax")(dropped)
+    scores = tf.keras.layers.Dense(num_tags, use_bias=False, name="softmax")(head_input)
     probs = tf.keras.layers.Activation("softmax", dtype="float32", name="probs")(scores)
     return {"projection": projection, "logits": logits, "probs": probs}
 
@@ -58,14 +68,15 @@ def _finish(model: tf.keras.Model, embeddings: Optional[np.ndarray], freeze_embe
 def build_bilstm_student(vocab_size: int, num_tags: int, embedding_dim: int = 300, hidden: int = 600,
                          teacher_hidden: int = 768, dropout: float = 0.2,
                          embeddings: Optional[np.ndarray] = None, freeze_embeddings: bool = False,
-                         name: str = "bilstm_student") -> tf.keras.Model:
+                         name: str = "bilstm_student", heads_on: str = "projection") -> tf.keras.Model:
     """Token-tagging student: embeddings, one BiLSTM layer (`hidden` units per direction), heads.
 
     Inputs {"input_ids", "attention_mask"} [B, T] int32; outputs as in the module docstring.
     Paper defaults (Table 12): E=300 (SVD of the teacher's embeddings), H=2x600, dropout 0.2.
     `embeddings` [vocab_size, embedding_dim] initialises the word embeddings (e.g.
     `svd_reduce(teacher.word_embeddings(), E)`, or the teacher's own matrix with
-    `freeze_embeddings=True`); None keeps a random uniform(-0.1, 0.1) init.
+    `freeze_embeddings=True`); None keeps a random uniform(-0.1, 0.1) init. `heads_on`:
+    "projection" or "states" (module docstring).
     """
     input_ids, attention_mask = _inputs()
     mask = SequenceMask(name="sequence_mask")(attention_mask)
@@ -74,7 +85,7 @@ def build_bilstm_student(vocab_size: int, num_tags: int, embedding_dim: int = 30
     x = tf.keras.layers.Bidirectional(tf.keras.layers.LSTM(hidden, return_sequences=True),
                                       name="bilstm")(x, mask=mask)
     x = tf.keras.layers.Dropout(dropout, name="bilstm_dropout")(x)
-    outputs = _heads(x, num_tags, teacher_hidden, dropout)
+    outputs = _heads(x, num_tags, teacher_hidden, dropout, heads_on)
     model = tf.keras.Model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs, name=name)
     return _finish(model, embeddings, freeze_embeddings)
 
@@ -83,7 +94,7 @@ def build_transformer_student(vocab_size: int, num_tags: int, embedding_dim: int
                               heads: int = 4, ffn: int = 960, teacher_hidden: int = 768,
                               max_length: int = 512, dropout: float = 0.2,
                               embeddings: Optional[np.ndarray] = None, freeze_embeddings: bool = False,
-                              name: str = "transformer_student") -> tf.keras.Model:
+                              name: str = "transformer_student", heads_on: str = "projection") -> tf.keras.Model:
     """Token-tagging student with a `depth`-block transformer (layer `encoder`) instead of the BiLSTM.
 
     Same inputs, outputs and heads as `build_bilstm_student`; Table 15 pairs e.g. E=240, depth 3
@@ -95,7 +106,7 @@ def build_transformer_student(vocab_size: int, num_tags: int, embedding_dim: int
     x = TransformerEncoder(embedding_dim, depth, heads, ffn, max_length=max_length, dropout=dropout,
                            name="encoder")([x, attention_mask])
     x = tf.keras.layers.Dropout(dropout, name="encoder_dropout")(x)
-    outputs = _heads(x, num_tags, teacher_hidden, dropout)
+    outputs = _heads(x, num_tags, teacher_hidden, dropout, heads_on)
     model = tf.keras.Model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs, name=name)
     return _finish(model, embeddings, freeze_embeddings)
 
@@ -103,7 +114,7 @@ def build_transformer_student(vocab_size: int, num_tags: int, embedding_dim: int
 def build_bilstm_classifier(vocab_size: int, num_classes: int, embedding_dim: int = 300, hidden: int = 600,
                             teacher_hidden: int = 768, dropout: float = 0.2,
                             embeddings: Optional[np.ndarray] = None, freeze_embeddings: bool = False,
-                            name: str = "bilstm_classifier") -> tf.keras.Model:
+                            name: str = "bilstm_classifier", heads_on: str = "projection") -> tf.keras.Model:
     """Sentence-classification student (paper 6.6): the BiLSTM's last states (forward state at the
     last real token, backward state at the first) feed projection, regression and softmax.
 
@@ -116,7 +127,7 @@ def build_bilstm_classifier(vocab_size: int, num_classes: int, embedding_dim: in
     x = tf.keras.layers.Dropout(dropout, name="embedding_dropout")(x)
     x = tf.keras.layers.Bidirectional(tf.keras.layers.LSTM(hidden), name="bilstm")(x, mask=mask)
     x = tf.keras.layers.Dropout(dropout, name="bilstm_dropout")(x)
-    outputs = _heads(x, num_classes, teacher_hidden, dropout)
+    outputs = _heads(x, num_classes, teacher_hidden, dropout, heads_on)
     model = tf.keras.Model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs, name=name)
     return _finish(model, embeddings, freeze_embeddings)
 

@@ -31,6 +31,18 @@ def test_fused_inference_model_matches_keras_student():
     assert served.count_params() == student.count_params() - logits
 
 
+def test_fused_model_without_projection_when_heads_read_states():
+    """heads_on="states": the fused served graph leaves the projection out and still matches."""
+    student = build_bilstm_student(64, 11, embedding_dim=8, hidden=6, teacher_hidden=16, heads_on="states")
+    served = latency.fused_inference_model(student, seq_length=5)
+    assert "projection" not in {layer.name for layer in served.layers}
+    left_out = student.get_layer("logits").count_params() + student.get_layer("projection").count_params()
+    assert served.count_params() == student.count_params() - left_out
+    ids = np.random.default_rng(1).integers(5, 64, (2, 5)).astype(np.int32)
+    inputs = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    np.testing.assert_allclose(served(inputs)["probs"].numpy(), student(inputs)["probs"].numpy(), atol=1e-5)
+
+
 def test_parse_students_and_teacher_config(tmp_path):
     assert latency.parse_students("50x200, 100X400") == [(50, 200), (100, 400)]
     with pytest.raises(ValueError):
@@ -43,12 +55,15 @@ def test_parse_students_and_teacher_config(tmp_path):
 
 def test_measure_end_to_end():
     spec = json.dumps(TINY_TEACHER)
-    result = latency.measure(spec, [(8, 6)], queries=33, seq_length=4, repeats=1, string_signature=False)
+    result = latency.measure(spec, [(8, 6)], queries=33, seq_length=4, repeats=1, string_signature=False,
+                             heads_on="states", student_vocab_size=40)
     config = latency.teacher_config(spec)
     teacher = latency.build_teacher(config, 4)
-    student = build_bilstm_student(64, 11, 8, 6, 16)
+    student = build_bilstm_student(40, 11, 8, 6, 16, heads_on="states")
     assert result["teacher"]["parameters"] == teacher.count_params()
     (entry,) = result["students"]
+    # Served: the 40-piece embeddings, the BiLSTM and the softmax head (no projection, no logits head).
+    assert entry["parameters"] == 40 * 8 + student.get_layer("bilstm").count_params() + 12 * 11
     assert entry["parameters"] == latency.fused_inference_model(student, 4).count_params()
     assert entry["training_parameters"] == student.count_params()
     assert entry["compression"] == pytest.approx(teacher.count_params() / entry["parameters"])

@@ -7,13 +7,15 @@ over int32 `input_ids`/`attention_mask` [B, T] returning tag probabilities, with
 
 Models are randomly initialised (latency and size do not depend on the weights): the teacher from
 `--teacher_config` (a name in TEACHER_CONFIGS, a JSON object or a JSON file of BertConfig fields),
-the students from `--students` as ExH pairs with the teacher's vocabulary.
+the students from `--students` as ExH pairs, with `--student_heads_on` (projection: the task heads
+read the GELU projection, the default of training; states: they read the BiLSTM states and the
+projection is training-only) and `--student_vocab_size` word pieces (0: the teacher's; fewer models
+a student exported with `bin/export --prune_vocab`).
 
-The students' inference graph is `fused_inference_model`: word embeddings, the BiLSTM, and the
-heads on the path to `probs` (the GELU `projection` and `softmax`, which in this package's students
-sits on the projection); the `logits` head is training-only and left out. Its BiLSTM runs both
-directions in one batched matmul per step, unrolled over the fixed query length, with the input
-matmul hoisted out of the recurrence.
+Each student is timed in two served graphs, both without the training-only heads: `keras`, the
+Keras sub-model to `probs` that bin/export serves (export.student.served_model), and `fused`
+(`fused_inference_model`), whose BiLSTM runs both directions in one batched matmul per step,
+unrolled over the fixed query length, with the input matmul hoisted out of the recurrence.
 """
 from __future__ import annotations
 
@@ -31,9 +33,10 @@ import tensorflow as tf
 from absl import flags
 
 from xtremedistil_tf.data.alignment import TagVocab
+from xtremedistil_tf.export.student import StudentMeta, served_model
 from xtremedistil_tf.io import atomic_write_json
 from xtremedistil_tf.students.layers import SequenceMask
-from xtremedistil_tf.students.models import build_bilstm_student
+from xtremedistil_tf.students.models import HEADS_ON, build_bilstm_student
 
 FLAGS = flags.FLAGS
 
@@ -48,12 +51,16 @@ def define_flags() -> None:
         ("teacher_config", "mbert-base", "latency: teacher BertConfig: a name (mbert-base), a JSON object or a JSON file."),
         ("students", "50x200,100x400,300x600", "latency: student (E, H) pairs as ExH, comma-separated (paper Table 16)."),
         ("output_json", "", "Also write the results here (JSON, written atomically; bin/report reads latency results)."),
+        ("student_heads_on", "projection", f"latency: what the students' task heads read, one of {HEADS_ON} "
+                                           "(students.models; states leaves the projection out of the served graph)."),
     ]
     for name, default, help_text in definitions:
         if name not in FLAGS:
             flags.DEFINE_string(name, default, help_text)
     for name, default, help_text in [("queries", 1000, "latency: queries per pass (paper: 1,000)."),
-                                     ("seq_length", 32, "latency: pieces per query, CLS and SEP included (paper: 32).")]:
+                                     ("seq_length", 32, "latency: pieces per query, CLS and SEP included (paper: 32)."),
+                                     ("student_vocab_size", 0, "latency: the students' word pieces (0: the teacher's; "
+                                                               "fewer: a vocabulary pruned by bin/export --prune_vocab).")]:
         if name not in FLAGS:
             flags.DEFINE_integer(name, default, help_text)
 
@@ -155,8 +162,9 @@ class FusedBiLSTM(tf.keras.layers.Layer):
 
 
 def fused_inference_model(student: tf.keras.Model, seq_length: int) -> tf.keras.Model:
-    """The served graph of a trained BiLSTM student: {"input_ids", "attention_mask"} [B, seq_length]
-    -> {"probs"}, with the student's weights (embeddings, BiLSTM, projection, softmax)."""
+    """The served graph of a trained BiLSTM student with a FusedBiLSTM: {"input_ids",
+    "attention_mask"} [B, seq_length] -> {"probs"}, with the student's weights (embeddings, BiLSTM,
+    the projection when the softmax head reads it, softmax)."""
     ids = tf.keras.Input((seq_length,), dtype=tf.int32, name="input_ids")
     attention_mask = tf.keras.Input((seq_length,), dtype=tf.int32, name="attention_mask")
     trained = {name: student.get_layer(name) for name in ("word_embedding", "bilstm", "projection", "softmax")}
@@ -164,16 +172,27 @@ def fused_inference_model(student: tf.keras.Model, seq_length: int) -> tf.keras.
                                   name="word_embedding")(ids)
     bilstm = FusedBiLSTM(trained["bilstm"].forward_layer.units, name="bilstm")
     x = bilstm(x, mask=SequenceMask(name="sequence_mask")(attention_mask))
-    projection = tf.keras.layers.Dense(trained["projection"].units, activation="gelu", name="projection")
+    copies = [(bilstm, None)]
+    if _softmax_reads_projection(student):
+        projection = tf.keras.layers.Dense(trained["projection"].units, activation="gelu", name="projection")
+        x = projection(x)
+        copies.append((projection, trained["projection"]))
     softmax = tf.keras.layers.Dense(trained["softmax"].units, use_bias=False, name="softmax")
-    probs = tf.keras.layers.Activation("softmax", name="probs")(softmax(projection(x)))
+    probs = tf.keras.layers.Activation("softmax", name="probs")(softmax(x))
+    copies.append((softmax, trained["softmax"]))
     model = tf.keras.Model({"input_ids": ids, "attention_mask": attention_mask}, {"probs": probs},
                            name=f"{student.name}_inference")
     model.get_layer("word_embedding").set_weights(trained["word_embedding"].get_weights())
     bilstm.set_from_bidirectional(trained["bilstm"])
-    projection.set_weights(trained["projection"].get_weights())
-    softmax.set_weights(trained["softmax"].get_weights())
+    for layer, source in copies[1:]:
+        layer.set_weights(source.get_weights())
     return model
+
+
+def _softmax_reads_projection(student: tf.keras.Model) -> bool:
+    """Whether the student was built with heads_on="projection" (its softmax head reads the projection)."""
+    return any(node.layer.name == "projection_dropout"
+               for node in student.get_layer("softmax").inbound_nodes[0].parent_nodes)
 
 
 def probs_fn(model, jit: bool, seq_length: int) -> Callable:
@@ -282,30 +301,34 @@ def _best(latency: Dict[str, Dict[str, float]]) -> Dict[str, Tuple[str, float]]:
 
 
 def measure(teacher_spec: str, students: Sequence[Tuple[int, int]], queries: int, seq_length: int,
-            repeats: int, string_signature: bool = True) -> dict:
+            repeats: int, string_signature: bool = True, heads_on: str = "projection",
+            student_vocab_size: int = 0) -> dict:
     """All measurements as a JSON-ready dict (see `format_lines`)."""
     config = teacher_config(teacher_spec)
     ids = make_queries(config.vocab_size, queries, seq_length)
+    student_vocab = student_vocab_size or config.vocab_size
+    student_ids = make_queries(student_vocab, queries, seq_length)
     teacher = build_teacher(config, seq_length)
     result = {"teacher": {"config": teacher_spec, "parameters": int(teacher.count_params()),
                           "size_bytes": saved_model_bytes(teacher, seq_length),
                           "latency_ms": latencies(teacher, ids, repeats, {"tf.function": False, "xla": True})},
               "students": [], "queries": queries, "seq_length": seq_length, "repeats": repeats,
-              "machine": machine()}
+              "student_heads_on": heads_on, "student_vocab_size": student_vocab, "machine": machine()}
     del teacher
     for e, h in students:
-        trained = build_bilstm_student(config.vocab_size, len(TagVocab(LABELS)), e, h, config.hidden_size,
-                                       name=f"student_{e}x{h}")
-        served = fused_inference_model(trained, seq_length)
+        trained = build_bilstm_student(student_vocab, len(TagVocab(LABELS)), e, h, config.hidden_size,
+                                       name=f"student_{e}x{h}", heads_on=heads_on)
+        served = served_model(trained, StudentMeta(LABELS))
         entry = {"name": f"{e}x{h}", "embedding_dim": e, "hidden": h, "parameters": int(served.count_params()),
                  "training_parameters": int(trained.count_params()),
                  "size_bytes": saved_model_bytes(served, seq_length)}
-        entry["latency_ms"] = latencies(served, ids, repeats, {"fused": False, "fused+xla": True})
-        keras = latencies(trained, ids, repeats, {"keras": False, "keras+xla": True})
+        entry["latency_ms"] = latencies(served, student_ids, repeats, {"keras": False, "keras+xla": True})
+        fused = latencies(fused_inference_model(trained, seq_length), student_ids, repeats,
+                          {"fused": False, "fused+xla": True})
         for b in BATCHES:
-            entry["latency_ms"][f"batch{b}"].update(keras[f"batch{b}"])
+            entry["latency_ms"][f"batch{b}"].update(fused[f"batch{b}"])
         if string_signature:
-            entry["string_signature_ms"] = string_signature_ms(trained, config.vocab_size, queries, repeats,
+            entry["string_signature_ms"] = string_signature_ms(trained, student_vocab, queries, repeats,
                                                                seq_length)
         result["students"].append(_with_ratios(entry, result["teacher"]))
     return result
@@ -334,7 +357,8 @@ def format_lines(result: dict) -> List[str]:
         f"{result['repeats']} pass(es) of the per-call time / batch; teacher {t['config']}",
         f"tensorflow {m['tensorflow']}, python {m['python']}, {m['cpus']} CPUs, load average at the end "
         f"{', '.join(map(str, m['load_average']))}",
-        "parameters: of the served graph (students: embeddings + BiLSTM + projection + softmax head; "
+        f"students: heads on the {result['student_heads_on']}, {result['student_vocab_size']:,} word pieces; "
+        "parameters: of the served graph (students: embeddings + BiLSTM + the heads on the path to the tags; "
         "the teacher: TokenTeacher.count_params()); size: inference SavedModel on disk",
         f"{'model':<10}{'params':>13}{'MiB':>8}  " + "".join(f"{'b1 ' + x:>15}" for x in modes),
         f"{'':<10}{'':>13}{'':>8}  " + "".join(f"{'b32 ' + x:>15}" for x in modes),
@@ -363,8 +387,12 @@ def run(repeats: int) -> List[str]:
     define_flags()  # no-op when bin/benchmark defined them before parsing
     # --repeats defaults to 50 for the cheap CRF benchmark; here one pass is already 1,000 calls.
     passes = repeats if FLAGS["repeats"].present else DEFAULT_REPEATS
+    if FLAGS.student_heads_on not in HEADS_ON:
+        raise ValueError(f"--student_heads_on must be one of {HEADS_ON}; got {FLAGS.student_heads_on!r}")
+    if FLAGS.student_vocab_size < 0:
+        raise ValueError(f"--student_vocab_size must be >= 0; got {FLAGS.student_vocab_size}")
     result = measure(FLAGS.teacher_config, parse_students(FLAGS.students), FLAGS.queries, FLAGS.seq_length,
-                     passes)
+                     passes, heads_on=FLAGS.student_heads_on, student_vocab_size=FLAGS.student_vocab_size)
     if FLAGS.output_json:
         atomic_write_json(FLAGS.output_json, result)
     return format_lines(result)

@@ -38,7 +38,12 @@ def main(argv):
         print(f"--repeats must be >= 1; got {FLAGS.repeats}", file=sys.stderr)
         return 2
     for name in names:
-        for line in BENCHMARKS[name](FLAGS.repeats):
+        try:
+            lines = BENCHMARKS[name](FLAGS.repeats)
+        except ValueError as e:  # a bad flag value, e.g. --students=50-200
+            print(f"bin/benchmark {name}: {e}", file=sys.stderr)
+            return 2
+        for line in lines:
             print(line, flush=True)
     return 0
 

@@ -77,7 +77,7 @@ class DistillLMConfig:
 class DualTrainer:
     """Owns the student, the dual teacher (None for NoKD), the projections and the optimisers."""
 
-    def __init__(self, student, teacher: Optional[DualTeacher], cfg: DistillLMConfig):
+    def __init__(self, student, teacher: Optional[DualTeacher], cfg: DistillLMConfig, run_eagerly: bool = False):
         if cfg.dual and teacher is None:
             raise ValueError(f"variant {cfg.variant} needs a teacher")
         self.student, self.teacher, self.cfg = student, (teacher if cfg.dual else None), cfg
@@ -90,6 +90,7 @@ class DualTrainer:
         self.groups = self._groups()
         self.variables = [v for _, vs in self.groups for v in vs]
         self._step = None
+        self.run_eagerly = run_eagerly   # tests: tracing the step costs ~40 s, more than a few eager steps
 
     def _groups(self):
         cfg = self.cfg
@@ -137,7 +138,7 @@ class DualTrainer:
                 optimizer.apply_gradients(pairs)
                 i += len(variables)
             return terms
-        return step
+        return step.python_function if self.run_eagerly else step
 
     def train_step(self, batch: Dict[str, np.ndarray]) -> Dict[str, float]:
         if self._step is None:
@@ -188,16 +189,19 @@ def eval_batches(corpus: Sequence[DualSentence], student_spec: Specials, teacher
             for i in range(0, len(corpus), batch_size)]
 
 
-def masked_word_accuracy(student, batches_: Sequence[Dict[str, np.ndarray]]) -> dict:
+def masked_word_accuracy(student, batches_: Sequence[Dict[str, np.ndarray]], compiled: bool = True) -> dict:
     """Accuracy of the student's masked-LM predictions on held-out batches.
 
     piece_accuracy: masked pieces predicted exactly; word_accuracy: masked words whose every piece is
     predicted exactly (the paper's masked word prediction, for words of several pieces)."""
-    @tf.function(input_signature=[{k: tf.TensorSpec([None, None], tf.int32) for k in STUDENT_KEYS + ("s_word",)}])
     def predict(batch):
         out = student.bert(input_ids=batch["s_ids"], attention_mask=batch["s_attn"], training=False)
         hidden, labels, words = gather_masked(out.last_hidden_state, batch["s_labels"], batch["s_word"])
         return tf.argmax(mlm_logits(student, hidden), -1, output_type=tf.int32), labels, words
+
+    if compiled:
+        predict = tf.function(predict, input_signature=[
+            {k: tf.TensorSpec([None, None], tf.int32) for k in STUDENT_KEYS + ("s_word",)}])
 
     pieces = correct = 0
     word_ok: Dict[tuple, bool] = {}

@@ -289,3 +289,22 @@ def test_prune_corpus_errors_name_file_and_line(tmp_path):
         list(corpus_texts([bad]))
     with pytest.raises(DataFormatError, match="missing.txt: vocabulary corpus not found"):
         list(corpus_texts([tmp_path / "missing.txt"]))
+
+
+def test_evaluate_scores_an_export_like_its_student(student, exported, tiny_tokenizer):
+    """bin/evaluate on an exported model: exact character spans of the served entities give the
+    Keras student's word-level seqeval scores when every token is one word."""
+    from xtremedistil_tf.cli.evaluate import evaluate_model, format_scores
+    from xtremedistil_tf.evaluate import entity_scores, gold_char_spans
+
+    assert gold_char_spans(["John", "Smith", "in", "Paris"], ["B-PER", "I-PER", "O", "B-LOC"]) == \
+        {(0, 10, "PER"), (14, 19, "LOC")}
+    sentences = toy_ner_sentences(40, seed=7)
+    served = evaluate_model(exported.parent, sentences, "IOB2")
+    predicted = [reference(student[0], tiny_tokenizer, " ".join(s.tokens))[0] for s in sentences]
+    keras = entity_scores([s.tags for s in sentences], predicted)
+    assert served["kind"] == "export"
+    for key in ("precision", "recall", "f1"):
+        assert served["all"][key] == pytest.approx(keras[key])
+    assert served["all"]["f1"] > 0.5  # the toy student learned the task, so the comparison is not vacuous
+    assert "exact entity character spans" in format_scores(served)

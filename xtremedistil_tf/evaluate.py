@@ -1,5 +1,6 @@
 """Entity-level scores with seqeval, over words (never word pieces), overall and per language;
-and class scores for sentence classification.
+class scores for sentence classification; and exact character-span scores for an exported
+model, which returns entities as character offsets.
 
 Tags of any scheme are converted to IOB2 first so seqeval's default (CoNLL) span rules apply
 the same way to WikiAnn (IOB2) and MSRA (BMES).
@@ -7,12 +8,14 @@ the same way to WikiAnn (IOB2) and MSRA (BMES).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from seqeval.metrics import f1_score, precision_score, recall_score
 
-from xtremedistil_tf.data.schemes import to_iob2
+from xtremedistil_tf.data.schemes import tags_to_spans, to_iob2
+
+Span = Tuple[int, int, str]  # (start character, end character (exclusive), entity type)
 
 
 def entity_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], scheme: str = "IOB2") -> Dict:
@@ -30,6 +33,28 @@ def entity_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], 
         "f1": float(f1_score(y_true, y_pred, zero_division=0)),
         "sentences": len(y_true),
     }
+
+
+def gold_char_spans(tokens: Sequence[str], tags: Sequence[str], scheme: str = "IOB2") -> Set[Span]:
+    """The gold entities of a sentence as character spans of its tokens joined by single spaces
+    (the text an exported model is given)."""
+    starts, position = [], 0
+    for token in tokens:
+        starts.append(position)
+        position += len(token) + 1
+    return {(starts[first], starts[end - 1] + len(tokens[end - 1]), etype)
+            for etype, first, end in tags_to_spans(list(tags), scheme)}
+
+
+def span_scores(gold: Sequence[Set[Span]], pred: Sequence[Set[Span]]) -> Dict:
+    """Micro-averaged precision, recall and F1 of exact (start, end, type) matches, per sentence."""
+    if len(gold) != len(pred):
+        raise ValueError(f"{len(gold)} gold sentences but {len(pred)} predicted")
+    hits = sum(len(g & p) for g, p in zip(gold, pred))
+    predicted, expected = sum(map(len, pred)), sum(map(len, gold))
+    precision, recall = hits / max(1, predicted), hits / max(1, expected)
+    f1 = 2 * precision * recall / (precision + recall) if hits else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "sentences": len(gold)}
 
 
 def class_scores(gold: Sequence[str], pred: Sequence[str]) -> Dict:

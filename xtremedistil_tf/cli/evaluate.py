@@ -6,8 +6,10 @@
     bin/evaluate --model=runs/wikiann/ablate/D0/student-de --data_format=wikiann \
         --data_dir=/path/to/wikiann --langs=de
 
---model is a teacher dir (with teacher.json: <work_dir>/teacher/model, or <work_dir>/teacher)
-or a student dir (with student.json: <work_dir>/student, <work_dir>/ablate/<strategy>). The
+--model is a teacher dir (with teacher.json: <work_dir>/teacher/model, or <work_dir>/teacher),
+a student dir (with student.json: <work_dir>/student, <work_dir>/ablate/<strategy>), or an
+exported model (<export_dir>/<name>[/<version>], from bin/export): that one is given each
+sentence's tokens joined by spaces and scored on exact entity character spans. The
 data flags are bin/train's: the file is --test_file (relative to --data_dir); for wikiann it is
 <data_dir>/<lang>/<test_file> for each of --langs (default: the test split); for demo it is the
 test split bin/train holds out (same --dev_fraction, --test_fraction and --seed).
@@ -31,7 +33,8 @@ from xtremedistil_tf.io import read_json
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("model", "", "Saved teacher dir (teacher.json) or student dir (student.json).")
+flags.DEFINE_string("model", "", "Saved teacher dir (teacher.json), student dir (student.json) or exported "
+                    "model (<export_dir>/<name>[/<version>]).")
 # The data flags of bin/train (cli/train.py), with the same names and defaults.
 flags.DEFINE_enum("data_format", "conll", list(DATA_FORMATS),
                   "Input format.")
@@ -71,15 +74,17 @@ def read_labeled(fmt: str, data_dir: str, test_file: str, langs: Sequence[str], 
 
 
 def model_kind(directory) -> Tuple[str, Path]:
-    """("teacher" | "student", the dir holding its metadata); a work dir's teacher/ is accepted too."""
+    """("teacher" | "student" | "export", its dir); a work dir's teacher/ is accepted too."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ConfigError(f"--model={directory} is not a directory")
     for kind, path in (("teacher", directory), ("student", directory), ("teacher", directory / "model")):
         if (path / f"{kind}.json").exists():
             return kind, path
-    raise ConfigError(f"{directory} holds neither teacher.json (a saved teacher, e.g. <work_dir>/teacher/model) "
-                      "nor student.json (a saved student, e.g. <work_dir>/student)")
+    if (directory / "saved_model.pb").exists() or any(directory.glob("[0-9]*/saved_model.pb")):
+        return "export", directory
+    raise ConfigError(f"{directory} holds neither teacher.json (a saved teacher, e.g. <work_dir>/teacher/model), "
+                      "student.json (a saved student, e.g. <work_dir>/student) nor an exported SavedModel")
 
 
 def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str) -> Dict:
@@ -87,6 +92,8 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str) -> Dic
     if not sentences:
         raise ConfigError("no labeled sentences to score")
     kind, path = model_kind(directory)
+    if kind == "export":
+        return {"model": str(path), "kind": kind, "scheme": scheme, **_evaluate_served(path, sentences, scheme)}
     _check_task(path, kind, sentences)
     if kind == "teacher":
         from xtremedistil_tf.teachers.classifier import SequenceTeacher, evaluate_sequence_teacher
@@ -132,9 +139,24 @@ def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str) ->
                             meta.decoder)
 
 
+def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str) -> Dict:
+    """Exact character-span scores of an exported model's entities on the sentences' tokens
+    joined by spaces (its own tokenizer splits them into words)."""
+    from xtremedistil_tf.evaluate import gold_char_spans, score_by_language, span_scores
+    from xtremedistil_tf.export.predictor import load_serving_fn, predict
+
+    if any(s.tags is None for s in sentences):
+        raise ConfigError(f"{path} tags tokens; score it on tagged data, not --data_format=label_tsv")
+    records = predict(load_serving_fn(path), [" ".join(s.tokens) for s in sentences])
+    gold = [gold_char_spans(s.tokens, s.tags, scheme) for s in sentences]
+    pred = [{(e["start"], e["end"], e["type"]) for e in r["entities"]} for r in records]
+    return score_by_language(gold, pred, [s.lang for s in sentences], scorer=span_scores)
+
+
 def format_scores(scores: Dict) -> str:
     a = scores["all"]
-    lines = [f"{scores['kind']} {scores['model']} on {a['sentences']:,} sentences",
+    metric = " (exact entity character spans)" if scores["kind"] == "export" else ""
+    lines = [f"{scores['kind']} {scores['model']} on {a['sentences']:,} sentences{metric}",
              f"precision {a['precision']:.4f}  recall {a['recall']:.4f}  F1 {a['f1']:.4f}"
              + (f"  accuracy {a['accuracy']:.4f}  (P/R/F1 macro-averaged over classes)" if "accuracy" in a else "")]
     for lang, s in scores.get("languages", {}).items():

@@ -1,0 +1,285 @@
+"""bin/nas_search: KD-NAS over a BERT-family teacher and unlabeled text (docs/nas.md).
+
+    # the search (latency table, episodes, random baselines, report); rerun to resume
+    bin/nas_search --teacher=minilm --wikiann_dir=/work/shared/data/wikiann --langs=en --work_dir=runs/nas
+    # distil the best architecture found on the full text, saved for bin/train --teacher=<dir>
+    bin/nas_search --mode=distill --arch=best --work_dir=runs/nas --wikiann_dir=... --langs=en
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+from absl import app, flags
+
+from xtremedistil_tf.cli.common import define_common_flags, log_to_work_dir, run_main
+from xtremedistil_tf.errors import ConfigError
+
+FLAGS = flags.FLAGS
+log = logging.getLogger("nas_search")
+
+flags.DEFINE_enum("mode", "search", ["search", "latency", "distill"],
+                  "search: latency table + search + random baselines + report; latency: only the table; "
+                  "distill: distil --arch on the full text and save it for the NER pipeline.")
+# Data and teacher
+flags.DEFINE_string("teacher", "minilm", "BERT-family teacher: a local dir, hub name or 'minilm' (PyPI all-MiniLM-L6-v2).")
+flags.DEFINE_string("text_file", "", "Unlabeled text, one sentence per line.")
+flags.DEFINE_string("wikiann_dir", "", "WikiAnn root (<dir>/<lang>/train); its sentences are used without tags.")
+flags.DEFINE_list("langs", ["en"], "WikiAnn languages.")
+flags.DEFINE_integer("max_seq_length", 64, "Word pieces per sentence (longer ones are truncated).")
+flags.DEFINE_integer("eval_sentences", 500, "Held-out sentences the distillation loss is measured on.")
+flags.DEFINE_integer("seed", 0, "Seed of the data split, the students' init and the search.")
+# Search space
+flags.DEFINE_list("layers", ["3", "4", "6", "10", "12"], "Candidate layer counts (Table 1).")
+flags.DEFINE_list("heads", ["2", "3", "4", "6", "12"], "Candidate attention-head counts (Table 1).")
+flags.DEFINE_list("hidden", ["288", "384", "576", "768"], "Candidate hidden sizes (Table 1's 2400 states; see docs/nas.md).")
+flags.DEFINE_list("intermediate", ["384", "512", "576", "768", "1024", "1536", "2048", "3072"], "Candidate FFN sizes (Table 1).")
+flags.DEFINE_list("activations", ["gelu", "relu", "silu"], "Candidate activations (Table 1).")
+flags.DEFINE_bool("allow_deeper_students", False, "Keep students deeper than the teacher in the space (their "
+                  "lower layers then share teacher layer 1 under the Last mapping).")
+# Distillation
+flags.DEFINE_enum("objective", "hs", ["hs", "minilm", "hs+minilm"], "Distillation loss (the reward's loss is "
+                  "always the objective's total on the held-out sentences).")
+flags.DEFINE_enum("mapping", "uniform+last", ["last-1", "last", "uniform", "uniform+last"], "Hidden-state layer mapping.")
+flags.DEFINE_enum("hs_reduction", "mean", ["mean", "sum"], "Hidden-state loss over mapped pairs: mean (default, "
+                  "keeps 1 - loss positive for every depth) or sum (Eq. 1).")
+flags.DEFINE_integer("relation_heads", 48, "MiniLMv2 relation heads (must divide both hidden sizes).")
+flags.DEFINE_integer("relation_teacher_layer", 0, "MiniLMv2 teacher layer (0: second-last).")
+flags.DEFINE_integer("batch_size", 32, "Distillation batch size.")
+flags.DEFINE_float("learning_rate", 8e-4, "Peak AdamW learning rate of distillation.")
+flags.DEFINE_integer("proxy_sentences", 2000, "Proxy set: sentences each candidate is distilled on.")
+flags.DEFINE_integer("proxy_epochs", 1, "Proxy set: epochs per candidate (paper: 4 on 30%).")
+flags.DEFINE_bool("proxy_eager", True, "Proxy distillation without tf.function: tracing teacher and student "
+                  "costs more than a proxy of a few dozen steps.")
+flags.DEFINE_integer("distill_sentences", 0, "--mode=distill: training sentences (0: all but the held-out ones).")
+flags.DEFINE_integer("distill_epochs", 3, "--mode=distill: epochs.")
+flags.DEFINE_string("arch", "best", "--mode=distill: 'best', 'top:N' (Nth best of the search) or "
+                    "'layers,heads,hidden,intermediate,activation'.")
+flags.DEFINE_string("output_dir", "", "--mode=distill: where the student goes (default <work_dir>/students/<arch>).")
+# Reward and latency
+flags.DEFINE_float("alpha", -0.06, "Reward latency exponent.")
+flags.DEFINE_float("beta", 0.6, "Target latency as a fraction of the teacher's.")
+flags.DEFINE_string("latency_table", "", "Latency lookup table JSON (default <work_dir>/latency_table.json); "
+                    "built once, resumed if interrupted.")
+flags.DEFINE_integer("latency_runs", 5, "Timed runs per sentence length (the fastest counts).")
+flags.DEFINE_list("latency_lengths", [], "Sentence lengths in word pieces to time (default: the 10/30/50/70/90th "
+                  "percentiles of the held-out sentences).")
+flags.DEFINE_integer("latency_verify", 6, "Full models timed to check the additive latency model.")
+flags.DEFINE_integer("num_threads", 1, "TensorFlow intra-op threads (latency is measured on one core by default).")
+# Search
+flags.DEFINE_integer("episodes", 15, "Episodes M.")
+flags.DEFINE_integer("candidates", 20, "Candidates N per episode.")
+flags.DEFINE_float("epsilon_start", 1.0, "Exploration ratio of episode 1.")
+flags.DEFINE_float("epsilon_min", 0.05, "Lowest exploration ratio.")
+flags.DEFINE_float("epsilon_decay", 0.05, "Exploration ratio decrease per episode.")
+flags.DEFINE_integer("controller_units", 32, "Controller LSTM cells.")
+flags.DEFINE_float("controller_learning_rate", 1e-4, "Controller RMSProp learning rate.")
+flags.DEFINE_integer("controller_epochs", 10, "Controller epochs per episode.")
+flags.DEFINE_integer("top_k", 3, "Architectures listed as the search's result.")
+flags.DEFINE_integer("random_baselines", 3, "Random architectures per seed distilled on the same proxy (Table 3).")
+flags.DEFINE_list("random_seeds", ["1"], "Seeds of the random baselines.")
+define_common_flags()
+
+
+def _ints(name: str) -> tuple:
+    try:
+        return tuple(int(v) for v in getattr(FLAGS, name))
+    except ValueError:
+        raise ConfigError(f"--{name}={','.join(getattr(FLAGS, name))}: expected integers") from None
+
+
+def search_space(num_teacher_layers: int):
+    from xtremedistil_tf.nas.space import SearchSpace
+
+    space = SearchSpace(_ints("layers"), _ints("heads"), _ints("hidden"), _ints("intermediate"), tuple(FLAGS.activations))
+    return space if FLAGS.allow_deeper_students else space.restricted_to_depth(num_teacher_layers)
+
+
+def distill_config(epochs: int, eager: bool = False):
+    from xtremedistil_tf.nas.distill import DistillConfig
+
+    return DistillConfig(eager=eager, objective=FLAGS.objective, mapping=FLAGS.mapping, hs_reduction=FLAGS.hs_reduction,
+                         relation_heads=FLAGS.relation_heads, relation_teacher_layer=FLAGS.relation_teacher_layer,
+                         epochs=epochs, batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
+                         max_seq_length=FLAGS.max_seq_length, seed=FLAGS.seed)
+
+
+class Context:
+    """Teacher, text and latency table shared by the modes."""
+
+    def __init__(self, train_sentences: int):
+        from xtremedistil_tf.nas.distill import encode_texts, load_teacher, read_texts, split_texts
+
+        self.work = Path(FLAGS.work_dir)
+        self.teacher, self.tokenizer, self.teacher_config = load_teacher(FLAGS.teacher)
+        texts = read_texts(FLAGS.text_file, FLAGS.wikiann_dir, FLAGS.langs)
+        train, evaluation = split_texts(texts, train_sentences, FLAGS.eval_sentences, FLAGS.seed)
+        self.train_ids = encode_texts(self.tokenizer, train, FLAGS.max_seq_length)
+        self.eval_ids = encode_texts(self.tokenizer, evaluation, FLAGS.max_seq_length)
+        self.space = search_space(self.teacher.config.num_hidden_layers)
+        log.info("%d training / %d held-out sentences; %d states in the space", len(train), len(evaluation),
+                 len(self.space.states))
+
+    def latency_lengths(self) -> list:
+        if FLAGS.latency_lengths:
+            return [int(n) for n in FLAGS.latency_lengths]
+        lengths = [len(ids) for ids in self.eval_ids]
+        return sorted({int(round(np.percentile(lengths, q))) for q in (10, 30, 50, 70, 90)})
+
+    def latency_table_path(self) -> Path:
+        return Path(FLAGS.latency_table or self.work / "latency_table.json")
+
+    def existing_latency_table(self):
+        """The finished table when there is one (distill mode only reports latency), else None."""
+        from xtremedistil_tf.nas.latency import LatencyTable
+
+        path = self.latency_table_path()
+        try:
+            return LatencyTable.load(path) if path.exists() else None
+        except ConfigError:
+            return None
+
+    def latency_table(self):
+        from xtremedistil_tf.nas.latency import build_latency_table
+
+        path = self.latency_table_path()
+        rng = np.random.default_rng(FLAGS.seed)
+        states = self.space.states
+        verify = [states[i] for i in rng.choice(len(states), size=min(FLAGS.latency_verify, len(states)), replace=False)]
+        return build_latency_table(path, self.space, self.teacher_config, self.latency_lengths(), FLAGS.latency_runs,
+                                   verify=verify, progress=not FLAGS.no_progress)
+
+
+def make_evaluator(ctx: Context, table):
+    """Proxy mini-KD of one architecture -> {"loss", "latency_ms", "reward", "parameters", "train_loss"}."""
+    from xtremedistil_tf.nas.distill import describe, distil_arch
+    from xtremedistil_tf.nas.reward import reward
+
+    config = distill_config(FLAGS.proxy_epochs, FLAGS.proxy_eager)
+
+    def evaluate(arch) -> dict:
+        student, result = distil_arch(arch, ctx.teacher, ctx.teacher_config, ctx.train_ids, ctx.eval_ids, config,
+                                      progress=not FLAGS.no_progress)
+        loss = result["eval"]["total"]
+        latency = table.latency(arch)
+        out = {"loss": loss, "latency_ms": latency, "reward": reward(loss, latency, table.teacher_ms, FLAGS.alpha, FLAGS.beta),
+               "parameters": describe(arch, student)["parameters"], "train_loss": result["train_loss"][-1],
+               "eval_losses": result["eval"]}
+        log.info("%s: loss %.4f, latency %.2f ms, reward %.4f", arch.key, loss, latency, out["reward"])
+        return out
+
+    return evaluate
+
+
+def random_baselines(ctx: Context, evaluate) -> list:
+    """--random_baselines architectures per --random_seeds, proxy-distilled; cached in baselines.json."""
+    from xtremedistil_tf.io import atomic_write_json, read_json
+
+    path = ctx.work / "baselines.json"
+    done = read_json(path) if path.exists() else []
+    states = ctx.space.states
+    for seed in (int(s) for s in FLAGS.random_seeds):
+        rng = np.random.default_rng([seed, 7919])
+        for index in rng.choice(len(states), size=min(FLAGS.random_baselines, len(states)), replace=False):
+            arch = states[index]
+            if any(b["seed"] == seed and b["arch"] == arch.key for b in done):
+                continue
+            done.append({"seed": seed, "arch": arch.key, **evaluate(arch)})
+            atomic_write_json(path, done)
+    return done
+
+
+def run_search_mode() -> None:
+    from xtremedistil_tf.nas.controller import ControllerConfig
+    from xtremedistil_tf.nas.report import plot_loss_latency, write_report
+    from xtremedistil_tf.nas.search import SearchConfig, run_search, top_records
+    from xtremedistil_tf.io import atomic_write_json
+
+    ctx = Context(FLAGS.proxy_sentences)
+    table = ctx.latency_table()
+    log.info("teacher latency %.2f ms; latency model error %s", table.teacher_ms, table.verification_error())
+    if FLAGS.mode == "latency":
+        return
+    evaluate = make_evaluator(ctx, table)
+    settings = {"teacher": FLAGS.teacher, "data": [FLAGS.text_file, FLAGS.wikiann_dir, list(FLAGS.langs)],
+                "proxy_sentences": FLAGS.proxy_sentences, "eval_sentences": FLAGS.eval_sentences,
+                "max_seq_length": FLAGS.max_seq_length,
+                "distill": distill_config(FLAGS.proxy_epochs, FLAGS.proxy_eager).to_dict(),
+                "alpha": FLAGS.alpha, "beta": FLAGS.beta, "teacher_latency_ms": table.teacher_ms}
+    search = SearchConfig(FLAGS.episodes, FLAGS.candidates, FLAGS.epsilon_start, FLAGS.epsilon_min,
+                          FLAGS.epsilon_decay, FLAGS.seed)
+    controller = ControllerConfig(units=FLAGS.controller_units, learning_rate=FLAGS.controller_learning_rate,
+                                  epochs=FLAGS.controller_epochs, seed=FLAGS.seed)
+    records = run_search(ctx.space, evaluate, search, controller, ctx.work, settings, progress=not FLAGS.no_progress)
+    top = top_records(records, FLAGS.top_k)
+    baselines = random_baselines(ctx, evaluate) if FLAGS.random_baselines else []
+    atomic_write_json(ctx.work / "top_architectures.json", top)
+    header = {"teacher": FLAGS.teacher, "teacher CPU latency (ms)": f"{table.teacher_ms:.2f}",
+              "states in the space": len(ctx.space.states), "episodes x candidates": f"{search.episodes} x {search.candidates}",
+              "proxy": f"{FLAGS.proxy_epochs} epoch(s) on {len(ctx.train_ids)} sentences, loss on {len(ctx.eval_ids)} held-out",
+              "objective": f"{FLAGS.objective}, mapping {FLAGS.mapping}, reduction {FLAGS.hs_reduction}",
+              "reward": f"(1 - loss) * (latency / ({FLAGS.beta} * teacher latency)) ^ {FLAGS.alpha}",
+              "epsilon": f"{FLAGS.epsilon_start} - {FLAGS.epsilon_decay}/episode, min {FLAGS.epsilon_min}"}
+    plot_loss_latency(ctx.work / "loss_latency.png", records, top, baselines)
+    write_report(ctx.work / "report.md", records, top, baselines, header, table.verification_error(), "loss_latency.png")
+    print(f"top architectures: {', '.join(r['arch'] for r in top)}; report: {ctx.work / 'report.md'}")
+
+
+def chosen_arch(work: Path):
+    from xtremedistil_tf.io import read_json
+    from xtremedistil_tf.nas.search import top_records
+    from xtremedistil_tf.nas.space import Arch
+
+    spec = FLAGS.arch
+    if spec == "best" or spec.startswith("top:"):
+        rank = 1 if spec == "best" else int(spec.split(":", 1)[1])
+        state_file = work / "search_state.json"
+        if not state_file.exists():
+            raise ConfigError(f"--arch={spec} needs a search in {work} (no search_state.json); run --mode=search first")
+        records = read_json(state_file)["records"]
+        if len(records) < rank:
+            raise ConfigError(f"--arch={spec}: the search in {work} explored only {len(records)} states")
+        return Arch.from_key(top_records(records, rank)[-1]["arch"])
+    return Arch.from_key(spec)
+
+
+def run_distill_mode() -> None:
+    from xtremedistil_tf.nas.distill import build_student, describe, Distiller, save_student
+
+    work = Path(FLAGS.work_dir)
+    arch = chosen_arch(work)
+    ctx = Context(FLAGS.distill_sentences)
+    config = distill_config(FLAGS.distill_epochs)
+    student = build_student(arch, ctx.teacher_config, config.seed)
+    distiller = Distiller(ctx.teacher, student, config)
+    history = distiller.train(ctx.train_ids, progress=not FLAGS.no_progress, desc=f"distil {arch.key}")
+    scores = distiller.evaluate(ctx.eval_ids)
+    table = ctx.existing_latency_table()  # read last: a search may be building it meanwhile
+    info = {**describe(arch, student), "teacher": FLAGS.teacher, "train_sentences": len(ctx.train_ids),
+            "eval_sentences": len(ctx.eval_ids), "config": config.to_dict(), "train_loss": history,
+            "eval": scores, "latency_ms": table.latency(arch) if table else None,
+            "teacher_latency_ms": table.teacher_ms if table else None}
+    output = Path(FLAGS.output_dir or work / "students" / arch.key.replace(",", "_"))
+    save_student(student, ctx.tokenizer, output, info)
+    print(f"{arch.key}: held-out loss {scores['total']:.4f}, latency {info['latency_ms']} ms; saved to {output}")
+
+
+def main(argv) -> None:
+    del argv
+
+    def body():
+        import tensorflow as tf
+
+        if not FLAGS.work_dir:
+            raise ConfigError("--work_dir is required")
+        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.num_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.num_threads)
+        log_to_work_dir(FLAGS.work_dir)
+        run_distill_mode() if FLAGS.mode == "distill" else run_search_mode()
+
+    run_main(body)
+
+
+def run() -> None:
+    app.run(main)

@@ -12,10 +12,11 @@ read the GELU projection, the default of training; states: they read the BiLSTM 
 projection is training-only) and `--student_vocab_size` word pieces (0: the teacher's; fewer models
 a student exported with `bin/export --prune_vocab`).
 
-Each student is timed in two served graphs, both without the training-only heads: `keras`, the
-Keras sub-model to `probs` that bin/export serves (export.student.served_model), and `fused`
-(`fused_inference_model`), whose BiLSTM runs both directions in one batched matmul per step,
-unrolled over the fixed query length, with the input matmul hoisted out of the recurrence.
+Each student is timed in three served graphs, all without the training-only heads: `keras`, the
+Keras sub-model to `probs` that bin/export serves (export.student.served_model); `fused`
+(`fused_inference_model`, under XLA), whose BiLSTM runs both directions in one batched matmul
+per step, unrolled over the fixed query length, with the input matmul hoisted out of the
+recurrence; and `block`, whose BiLSTM is TensorFlow's fused LSTM kernel (BlockBiLSTM).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from absl import flags
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.export.student import StudentMeta, served_model
 from xtremedistil_tf.io import atomic_write_json
-from xtremedistil_tf.students.layers import SequenceMask
+from xtremedistil_tf.students.layers import BlockBiLSTM, SequenceMask
 from xtremedistil_tf.students.models import HEADS_ON, build_bilstm_student
 
 FLAGS = flags.FLAGS
@@ -110,31 +111,15 @@ def parse_students(spec: str) -> List[Tuple[int, int]]:
     return pairs
 
 
-class FusedBiLSTM(tf.keras.layers.Layer):
-    """Inference-only BiLSTM over a fixed length with Keras LSTM weights (gates i, f, c, o).
+class FusedBiLSTM(BlockBiLSTM):
+    """Inference-only BiLSTM over a fixed length with Keras LSTM weights (gates i, f, c, o), for XLA.
 
-    Meant to beat Bidirectional(LSTM) on CPU for short queries: the input matmul of all steps and
-    both directions is one large matmul; the two directions share each step's batched recurrent
-    matmul (T sequential steps instead of 2T); the Python-unrolled steps let XLA fuse the gate
-    arithmetic. On the shared 2-core VM its lead was not reproducible (docs/benchmarks.md), so the
-    benchmark times both graphs and takes the faster. Masked positions keep the previous state, as Keras' masked LSTM does, so
-    right-padded batches give the same outputs at real positions.
+    The input matmul of all steps and both directions is one large matmul; the two directions
+    share each step's batched recurrent matmul (T sequential steps instead of 2T); the
+    Python-unrolled steps let XLA fuse the gate arithmetic. Masked positions keep the previous
+    state, as Keras' masked LSTM does, so right-padded batches give the same outputs at real
+    positions. Weights as BlockBiLSTM (students.layers), whose kernel has no XLA version.
     """
-
-    def __init__(self, units: int, **kwargs):
-        super().__init__(**kwargs)
-        self.units = units
-
-    def build(self, input_shape):
-        dim, gates = int(input_shape[-1]), 4 * self.units
-        self.kernel = self.add_weight(name="kernel", shape=(2, dim, gates))
-        self.recurrent_kernel = self.add_weight(name="recurrent_kernel", shape=(2, self.units, gates))
-        self.bias = self.add_weight(name="bias", shape=(2, 1, gates))
-
-    def set_from_bidirectional(self, layer: tf.keras.layers.Bidirectional) -> None:
-        fw_kernel, fw_recurrent, fw_bias, bw_kernel, bw_recurrent, bw_bias = layer.get_weights()
-        self.set_weights([np.stack([fw_kernel, bw_kernel]), np.stack([fw_recurrent, bw_recurrent]),
-                          np.stack([fw_bias, bw_bias])[:, None, :]])
 
     def call(self, inputs, mask=None):
         steps = inputs.shape[1]
@@ -157,20 +142,18 @@ class FusedBiLSTM(tf.keras.layers.Layer):
             backward.append(h[1])
         return tf.concat([tf.stack(forward, axis=1), tf.stack(backward[::-1], axis=1)], axis=-1)
 
-    def get_config(self):
-        return {**super().get_config(), "units": self.units}
 
 
-def fused_inference_model(student: tf.keras.Model, seq_length: int) -> tf.keras.Model:
-    """The served graph of a trained BiLSTM student with a FusedBiLSTM: {"input_ids",
-    "attention_mask"} [B, seq_length] -> {"probs"}, with the student's weights (embeddings, BiLSTM,
-    the projection when the softmax head reads it, softmax)."""
+def fused_inference_model(student: tf.keras.Model, seq_length: int, bilstm_class=None) -> tf.keras.Model:
+    """The served graph of a trained BiLSTM student with a FusedBiLSTM (or `bilstm_class`, e.g.
+    BlockBiLSTM): {"input_ids", "attention_mask"} [B, seq_length] -> {"probs"}, with the student's
+    weights (embeddings, BiLSTM, the projection when the softmax head reads it, softmax)."""
     ids = tf.keras.Input((seq_length,), dtype=tf.int32, name="input_ids")
     attention_mask = tf.keras.Input((seq_length,), dtype=tf.int32, name="attention_mask")
     trained = {name: student.get_layer(name) for name in ("word_embedding", "bilstm", "projection", "softmax")}
     x = tf.keras.layers.Embedding(trained["word_embedding"].input_dim, trained["word_embedding"].output_dim,
                                   name="word_embedding")(ids)
-    bilstm = FusedBiLSTM(trained["bilstm"].forward_layer.units, name="bilstm")
+    bilstm = (bilstm_class or FusedBiLSTM)(trained["bilstm"].forward_layer.units, name="bilstm")
     x = bilstm(x, mask=SequenceMask(name="sequence_mask")(attention_mask))
     copies = [(bilstm, None)]
     if _softmax_reads_projection(student):
@@ -323,10 +306,13 @@ def measure(teacher_spec: str, students: Sequence[Tuple[int, int]], queries: int
                  "training_parameters": int(trained.count_params()),
                  "size_bytes": saved_model_bytes(served, seq_length)}
         entry["latency_ms"] = latencies(served, student_ids, repeats, {"keras": False, "keras+xla": True})
-        fused = latencies(fused_inference_model(trained, seq_length), student_ids, repeats,
-                          {"fused": False, "fused+xla": True})
+        # The unrolled graph is timed only under XLA (without it, ~600 small ops are dispatched one by
+        # one: the slowest mode in every earlier run); BlockLSTMV2 has no XLA kernel.
+        fused = latencies(fused_inference_model(trained, seq_length), student_ids, repeats, {"fused+xla": True})
+        block = latencies(fused_inference_model(trained, seq_length, BlockBiLSTM), student_ids, repeats,
+                          {"block": False})
         for b in BATCHES:
-            entry["latency_ms"][f"batch{b}"].update(fused[f"batch{b}"])
+            entry["latency_ms"][f"batch{b}"].update({**fused[f"batch{b}"], **block[f"batch{b}"]})
         if string_signature:
             entry["string_signature_ms"] = string_signature_ms(trained, student_vocab, queries, repeats,
                                                                seq_length)
@@ -351,7 +337,7 @@ def machine() -> dict:
 
 def format_lines(result: dict) -> List[str]:
     t, m = result["teacher"], result["machine"]
-    modes = ["tf.function", "xla", "keras", "keras+xla", "fused", "fused+xla"]
+    modes = ["tf.function", "xla", "keras", "keras+xla", "fused+xla", "block"]
     lines = [
         f"latency: {result['queries']} queries of {result['seq_length']} pieces, per-query ms = median over "
         f"{result['repeats']} pass(es) of the per-call time / batch; teacher {t['config']}",

@@ -23,8 +23,9 @@ from xtremedistil_tf.crf import ops as crf_ops
 from xtremedistil_tf.data.alignment import PAD_TAG
 from xtremedistil_tf.data.schemes import split_tag
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.export.student import CLASSIFIER, StudentMeta, load_student_dir, served_model
-from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, with_vocabulary
+from xtremedistil_tf.export.student import (CLASSIFIER, StudentMeta, block_bilstm, clone_replacing, load_student_dir,
+                                            served_model)
+from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, pruned_embedding
 from xtremedistil_tf.io import atomic_dir
 
 # Prefix codes of a word's tag for span decoding; I- and M- (BMES) are the same "inside".
@@ -145,8 +146,12 @@ class NerServing(tf.Module):
             raise ConfigError("this student is a sentence classifier; bin/export serves taggers only. Load it "
                               "with tf.keras.models.load_model(<student_dir>/model) after import xtremedistil_tf")
         served = served_model(model, config)
+        replacements = block_bilstm(served)
         if keep_ids is not None:
-            served, vocab = with_vocabulary(served, keep_ids), [vocab[i] for i in keep_ids]
+            replacements.update(pruned_embedding(keep_ids))
+            vocab = [vocab[i] for i in keep_ids]
+        if replacements:
+            served = clone_replacing(served, replacements)
         self.vocab = vocab
         self._keras = _Untracked(model=served)
         # Only what serving runs is saved: training-only heads stay out of the SavedModel.

@@ -12,12 +12,13 @@ from __future__ import annotations
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import List
+from typing import Callable, Dict, List, Tuple
 
 import tensorflow as tf
 
 import xtremedistil_tf.crf.layer  # noqa: F401  (registers CRF for load_model)
 import xtremedistil_tf.students.layers  # noqa: F401  (registers SequenceMask, TransformerEncoder)
+from xtremedistil_tf.students.layers import BlockBiLSTM
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.data.schemes import normalize_scheme
 from xtremedistil_tf.errors import ConfigError
@@ -27,6 +28,9 @@ FORMAT_VERSION = 1
 ARCHITECTURES = ("bilstm", "transformer")
 DECODERS = ("softmax", "crf", "classes")
 CLASSIFIER = "classes"
+# make(old layer) -> new layer, copy_weights(old layer, new layer): see clone_replacing.
+Replacement = Tuple[Callable[[tf.keras.layers.Layer], tf.keras.layers.Layer],
+                    Callable[[tf.keras.layers.Layer, tf.keras.layers.Layer], None]]
 
 
 @dataclass
@@ -102,6 +106,35 @@ def served_model(model: tf.keras.Model, config: StudentMeta) -> tf.keras.Model:
     if config.decoder == "crf":
         return tf.keras.Model(model.inputs, model.get_layer("crf").input, name=f"{model.name}_emissions")
     return tf.keras.Model(model.inputs, {"probs": model.get_layer("probs").output}, name=f"{model.name}_served")
+
+
+def clone_replacing(model: tf.keras.Model, replacements: Dict[str, Replacement]) -> tf.keras.Model:
+    """A copy of functional `model` in which each layer named in `replacements` is swapped for
+    `make(old layer)` and given weights by `copy_weights(old, new)`; other layers keep theirs."""
+    def clone(layer):
+        if layer.name in replacements:
+            return replacements[layer.name][0](layer)
+        return layer.__class__.from_config(layer.get_config())
+
+    copy = tf.keras.models.clone_model(model, clone_function=clone)
+    for layer in copy.layers:
+        old = model.get_layer(layer.name)
+        if layer.name in replacements:
+            replacements[layer.name][1](old, layer)
+        else:
+            layer.set_weights(old.get_weights())
+    return copy
+
+
+def block_bilstm(model: tf.keras.Model) -> Dict[str, Replacement]:
+    """The replacement of a student's sequence-returning `bilstm` by BlockBiLSTM (TensorFlow's
+    fused LSTM kernel; students.layers), or none when the student has no such layer."""
+    names = {layer.name: layer for layer in model.layers}
+    layer = names.get("bilstm")
+    if not (isinstance(layer, tf.keras.layers.Bidirectional) and layer.forward_layer.return_sequences):
+        return {}
+    return {"bilstm": (lambda old: BlockBiLSTM(old.forward_layer.units, name="bilstm"),
+                       lambda old, new: new.set_from_bidirectional(old))}
 
 
 def write_student_dir(model: tf.keras.Model, student_dir, config: StudentMeta, vocab_file) -> Path:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Iterator, List, Sequence
+from typing import Dict, Iterable, Iterator, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -22,6 +22,7 @@ import tensorflow_text as tf_text
 from tqdm.auto import tqdm
 
 from xtremedistil_tf.errors import DataFormatError
+from xtremedistil_tf.export.student import Replacement
 
 SPECIAL_PIECES = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -77,19 +78,13 @@ def kept_piece_ids(counts: np.ndarray, vocab: List[str], min_count: int = 1, kee
     return np.flatnonzero(keep)
 
 
-def with_vocabulary(model: tf.keras.Model, keep_ids: np.ndarray) -> tf.keras.Model:
-    """A copy of `model` whose `word_embedding` holds only the rows `keep_ids`, in that order
-    (piece keep_ids[i] becomes id i); every other layer keeps its weights."""
-    def clone(layer):
-        config = layer.get_config()
-        if layer.name == "word_embedding":
-            config["input_dim"] = len(keep_ids)
-        return layer.__class__.from_config(config)
+def pruned_embedding(keep_ids: np.ndarray) -> Dict[str, Replacement]:
+    """The replacement (export.student.clone_replacing) of `word_embedding` by one holding only the
+    rows `keep_ids`, in that order: piece keep_ids[i] becomes id i."""
+    def make(old):
+        return old.__class__.from_config({**old.get_config(), "input_dim": len(keep_ids)})
 
-    pruned = tf.keras.models.clone_model(model, clone_function=clone)
-    for layer in pruned.layers:
-        weights = model.get_layer(layer.name).get_weights()
-        if layer.name == "word_embedding":
-            weights = [weights[0][keep_ids]]
-        layer.set_weights(weights)
-    return pruned
+    def copy_weights(old, new):
+        new.set_weights([old.get_weights()[0][keep_ids]])
+
+    return {"word_embedding": (make, copy_weights)}

@@ -1,6 +1,7 @@
 """Custom student layers, registered so saved students reload after `import xtremedistil_tf`."""
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -75,3 +76,61 @@ class TransformerEncoder(tf.keras.layers.Layer):
     def get_config(self) -> dict:
         return {**super().get_config(), "width": self.width, "depth": self.depth, "heads": self.heads, "ffn": self.ffn,
                 "max_length": self.max_length, "dropout": self.dropout}
+
+
+@tf.keras.utils.register_keras_serializable(package="xtremedistil_tf")
+class BlockBiLSTM(tf.keras.layers.Layer):
+    """Inference-only BiLSTM on TensorFlow's fused LSTM kernel, with a Keras Bidirectional(LSTM)'s
+    weights: what bin/export serves for BiLSTM students.
+
+    call(x [B, T, D], mask [B, T] bool, right-padded) -> [B, T, 2 * units]. Each direction is one
+    `BlockLSTMV2` op (a core TensorFlow kernel, so TF Serving has it; gates i, f, c, o as Keras),
+    which runs the whole sequence in C++ instead of a while loop of ~15 small ops per step: 1.7x
+    faster at batch 1 on 2 CPU cores (docs/benchmarks.md). The backward direction runs over each
+    row's real positions reversed (tf.reverse_sequence), so right padding never reaches a real
+    position and the recurrence needs no mask; outputs at padded positions are meaningless, as in
+    any padded batch. There is no XLA kernel for BlockLSTMV2.
+    """
+
+    def __init__(self, units: int, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+
+    def build(self, input_shape):
+        dim, gates = int(input_shape[-1]), 4 * self.units
+        # Index 0: forward direction, 1: backward; the Keras LSTM's kernel, recurrent kernel and bias.
+        self.kernel = self.add_weight(name="kernel", shape=(2, dim, gates))
+        self.recurrent_kernel = self.add_weight(name="recurrent_kernel", shape=(2, self.units, gates))
+        self.bias = self.add_weight(name="bias", shape=(2, 1, gates))
+
+    def set_from_bidirectional(self, layer: tf.keras.layers.Bidirectional) -> None:
+        fw_kernel, fw_recurrent, fw_bias, bw_kernel, bw_recurrent, bw_bias = layer.get_weights()
+        self.set_weights([np.stack([fw_kernel, bw_kernel]), np.stack([fw_recurrent, bw_recurrent]),
+                          np.stack([fw_bias, bw_bias])[:, None, :]])
+
+    def call(self, inputs, mask=None):
+        batch, steps = tf.shape(inputs)[0], tf.shape(inputs)[1]
+        lengths = (tf.fill([batch], steps) if mask is None
+                   else tf.reduce_sum(tf.cast(mask, tf.int32), axis=1))
+        time_major = tf.transpose(inputs, [1, 0, 2])
+        zeros = tf.zeros(tf.stack([batch, self.units]), inputs.dtype)
+        peephole = tf.zeros([self.units], inputs.dtype)
+
+        def reverse(x):
+            return tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)
+
+        def direction(k, x):
+            weights = tf.concat([self.kernel[k], self.recurrent_kernel[k]], axis=0)  # [D + H, 4H]
+            return tf.raw_ops.BlockLSTMV2(
+                seq_len_max=tf.cast(steps, tf.int64), x=x, cs_prev=zeros, h_prev=zeros, w=weights,
+                wci=peephole, wcf=peephole, wco=peephole, b=self.bias[k, 0], cell_clip=0.0,
+                use_peephole=False).h
+
+        states = tf.concat([direction(0, time_major), reverse(direction(1, reverse(time_major)))], axis=-1)
+        return tf.transpose(states, [1, 0, 2])
+
+    def compute_mask(self, inputs, mask=None):
+        return mask
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units}

@@ -14,10 +14,12 @@ TINY_TEACHER = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 1, "nu
                 "intermediate_size": 32}
 
 
-def test_fused_inference_model_matches_keras_student():
-    """The served graph gives the trained student's probs at real positions, padded rows included."""
+@pytest.mark.parametrize("bilstm_class", [latency.FusedBiLSTM, latency.BlockBiLSTM])
+def test_inference_bilstms_match_keras_student(bilstm_class):
+    """The served graphs give the trained student's probs at real positions, padded rows of
+    different lengths included (BlockBiLSTM runs the backward direction over reversed real pieces)."""
     student = build_bilstm_student(64, 11, embedding_dim=8, hidden=6, teacher_hidden=16)
-    served = latency.fused_inference_model(student, seq_length=7)
+    served = latency.fused_inference_model(student, seq_length=7, bilstm_class=bilstm_class)
     rng = np.random.default_rng(0)
     ids = rng.integers(5, 64, (3, 7)).astype(np.int32)
     mask = np.ones_like(ids)
@@ -29,20 +31,6 @@ def test_fused_inference_model_matches_keras_student():
     # Embeddings + BiLSTM + projection + softmax: all but the training-only logits head.
     logits = student.get_layer("logits").count_params()
     assert served.count_params() == student.count_params() - logits
-
-
-def test_block_bilstm_matches_keras_student():
-    """BlockBiLSTM (TensorFlow's fused LSTM kernel, backward over reversed real pieces) gives the
-    Keras student's probs at real positions, with right padding of different lengths."""
-    student = build_bilstm_student(64, 11, embedding_dim=8, hidden=6, teacher_hidden=16)
-    served = latency.fused_inference_model(student, seq_length=7, bilstm_class=latency.BlockBiLSTM)
-    ids = np.random.default_rng(2).integers(5, 64, (3, 7)).astype(np.int32)
-    mask = np.ones_like(ids)
-    mask[1, 4:], mask[2, 1:] = 0, 0
-    inputs = {"input_ids": ids, "attention_mask": mask}
-    expected = student(inputs, training=False)["probs"].numpy()
-    got = served(inputs, training=False)["probs"].numpy()
-    np.testing.assert_allclose(got * mask[..., None], expected * mask[..., None], atol=1e-5)
 
 
 def test_fused_model_without_projection_when_heads_read_states():

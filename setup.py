@@ -18,7 +18,8 @@ setup(
     install_requires=REQUIREMENTS,
     # The same commands as bin/*, for installs without a checkout.
     entry_points={"console_scripts": [
-        f"xtremedistil-{name}=xtremedistil_tf.cli.{name}:run"
-        for name in ("train", "evaluate", "ablate", "export", "predict", "benchmark", "report")
+        f"xtremedistil-{name.replace('_', '-')}=xtremedistil_tf.cli.{name}:run"
+        for name in ("train", "evaluate", "ablate", "export", "predict", "benchmark", "report",
+                     "nas_search", "distill_lm")
     ]},
 )

@@ -100,6 +100,7 @@ def test_search_finds_the_optimum_faster_than_random_sampling_over_seeds():
     assert np.mean(searched) < (len(space.states) + 1) / 2
 
 
+@pytest.mark.slow
 def test_search_on_a_small_space_beats_random_sampling_over_seeds():
     space = SearchSpace(layers=(3, 6, 12), heads=(2, 12), hidden=(288, 768), intermediate=(384, 1024, 3072),
                         activations=("gelu", "relu", "silu"))  # 108 states

@@ -228,7 +228,12 @@ def build_latency_table(path, space: SearchSpace, teacher_config: dict, lengths:
             "verification": [], "complete": False}
     if path.exists():
         old = read_json(path)
-        if old.get("version") != TABLE_VERSION or old.get("settings") != settings:
+        # A finished table is a lookup: a process with other thread settings may read it. Resuming
+        # an unfinished one must time with the same threads.
+        ignored = () if not old.get("complete") else ("intra_op_threads",)
+        same = {k: v for k, v in (old.get("settings") or {}).items() if k not in ignored} == \
+            {k: v for k, v in settings.items() if k not in ignored}
+        if old.get("version") != TABLE_VERSION or not same:
             raise ConfigError(f"{path} was built with other settings (space, lengths, runs or threads); "
                               "delete it or pass another --latency_table")
         if old.get("complete"):

@@ -100,3 +100,18 @@ def test_real_timers_measure_bigger_blocks_as_slower():
     assert latency.attention_latency(base, 2, 32, [8], runs=2, reps=2) > 0
     assert latency.model_latency({**base, "num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2,
                                   "intermediate_size": 64}, [8], runs=2) > 0
+
+
+def test_finished_table_is_read_under_other_threads_but_a_partial_one_is_not_resumed(tmp_path, fake_timers):
+    path = tmp_path / "t.json"
+    latency.build_latency_table(path, SPACE, TEACHER, [4], runs=1, progress=False)
+    data = json.loads(path.read_text())
+    data["settings"]["intra_op_threads"] += 7  # as if built by a process with other threads
+    path.write_text(json.dumps(data))
+    fake_timers.clear()
+    latency.build_latency_table(path, SPACE, TEACHER, [4], runs=1, progress=False)
+    assert fake_timers == []
+    data["complete"] = False
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="other settings"):
+        latency.build_latency_table(path, SPACE, TEACHER, [4], runs=1, progress=False)

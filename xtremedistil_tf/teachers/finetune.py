@@ -13,8 +13,11 @@ from tqdm.auto import tqdm
 
 from xtremedistil_tf.data.alignment import Windows, decode, encode, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import score_by_language
+from xtremedistil_tf.training.distribute import scope_of, shard_by_data
 from xtremedistil_tf.training.precision import all_finite, needs_loss_scaling
+from xtremedistil_tf.training.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
 from xtremedistil_tf.training.schedules import WarmupLinearDecay
 from xtremedistil_tf.training.tensorboard import ScalarLog, current_learning_rate
 
@@ -65,17 +68,20 @@ def trim_to_longest(batch: Dict[str, tf.Tensor], keys: Optional[Sequence[str]] =
     return {k: v[:, :length] if k in keys else v for k, v in batch.items()}
 
 
-def windows_dataset(windows: Windows, batch_size: int, shuffle: bool, seed: int = 0) -> tf.data.Dataset:
+def windows_dataset(windows: Windows, batch_size: int, shuffle: bool, seed: int = 0,
+                    reshuffle: bool = True) -> tf.data.Dataset:
     return arrays_dataset({"input_ids": windows.input_ids, "attention_mask": windows.attention_mask,
-                           "label_ids": windows.label_ids}, batch_size, shuffle, seed)
+                           "label_ids": windows.label_ids}, batch_size, shuffle, seed, reshuffle)
 
 
-def arrays_dataset(data: Dict[str, np.ndarray], batch_size: int, shuffle: bool, seed: int = 0) -> tf.data.Dataset:
-    """Batches of `data` (arrays with one row per example), trimmed to each batch's longest row."""
+def arrays_dataset(data: Dict[str, np.ndarray], batch_size: int, shuffle: bool, seed: int = 0,
+                   reshuffle: bool = True) -> tf.data.Dataset:
+    """Batches of `data` (arrays with one row per example), trimmed to each batch's longest row;
+    shuffled anew at every iteration (`reshuffle`), or always in the order `seed` gives."""
     ds = tf.data.Dataset.from_tensor_slices(data)
     n = len(next(iter(data.values())))
     if shuffle:
-        ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=reshuffle)
     return ds.batch(batch_size).map(trim_to_longest).prefetch(tf.data.AUTOTUNE)
 
 
@@ -183,6 +189,49 @@ def make_train_step(teacher, groups, label_shape=(None, None)):
     return train_step
 
 
+def loss_count(teacher, batch) -> tf.Tensor:
+    """What `teacher.loss(batch)` averages over: labeled pieces (token head), labeled windows (CRF
+    head), labeled texts (sentence classes, label_ids [B]). A replica's share of the global
+    batch's count weights its loss under a distribution strategy."""
+    pad_id = teacher.tag_vocab.pad_id
+    labeled = tf.not_equal(batch["label_ids"], pad_id)
+    if batch["label_ids"].shape.rank == 1:
+        return tf.reduce_sum(tf.cast(labeled, tf.float32))
+    if hasattr(teacher, "crf"):
+        real = tf.cast(batch["attention_mask"], tf.bool)
+        return tf.reduce_sum(tf.cast(tf.reduce_all(labeled | ~real, axis=1), tf.float32))
+    return tf.reduce_sum(loss_weights(batch["label_ids"], batch["attention_mask"], pad_id))
+
+
+def make_distributed_train_step(teacher, groups, distribution):
+    """`make_train_step` under a tf.distribute strategy: each replica takes its slice of the global
+    batch, weights its loss by its share of the global count (`loss_count`), and each group's
+    optimizer sums the replicas' gradients, giving the single-device update of the global batch.
+    Returns the global batch's loss."""
+    variables = [v for _, vs in groups for v in vs]
+
+    def replica_step(batch):
+        context = tf.distribute.get_replica_context()
+        count = loss_count(teacher, batch)
+        share = tf.math.divide_no_nan(count, context.all_reduce(tf.distribute.ReduceOp.SUM, count))
+        with tf.GradientTape() as tape:
+            loss = teacher.loss(batch, training=True) * share
+        grads = tape.gradient(loss, variables)
+        start = 0
+        for optimizer, group in groups:
+            optimizer.apply_gradients(zip(grads[start:start + len(group)], group))
+            start += len(group)
+        return loss
+
+    @tf.function
+    def train_step(batch):
+        return distribution.reduce(tf.distribute.ReduceOp.SUM, distribution.run(replica_step, args=(batch,)),
+                                   axis=None)
+
+    train_step.loss_scaler = None
+    return train_step
+
+
 def _applied(optimizer, pairs):
     optimizer.apply_gradients(pairs)
     return tf.constant(True)
@@ -212,32 +261,70 @@ def evaluate_teacher(teacher, tokenizer, sentences: Sequence[Sentence], scheme: 
 
 
 def finetune(teacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Sentence], scheme: str,
-             config: FinetuneConfig, log_dir: Optional[str] = None) -> FinetuneResult:
+             config: FinetuneConfig, log_dir: Optional[str] = None, checkpoint: Optional[EpochCheckpoint] = None,
+             distribution: Optional[tf.distribute.Strategy] = None) -> FinetuneResult:
     """Train the teacher; after each epoch score dev, keep the best weights, stop after
-    `patience` epochs without improvement, and leave the best weights in the teacher."""
+    `patience` epochs without improvement, and leave the best weights in the teacher.
+    Each epoch's order is a function of the seed and the epoch (exact resume from `checkpoint`)."""
     tf.keras.utils.set_random_seed(config.seed)
     windows = encode(train, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    dataset = windows_dataset(windows, config.batch_size, shuffle=True, seed=config.seed)
+
+    def dataset(seed: int) -> tf.data.Dataset:
+        return windows_dataset(windows, config.batch_size, shuffle=True, seed=seed, reshuffle=False)
+
     return train_with_early_stopping(teacher, dataset, len(windows),
                                      lambda: evaluate_teacher(teacher, tokenizer, dev, scheme)["all"]["f1"], config,
-                                     log_dir=log_dir)
+                                     log_dir=log_dir, checkpoint=checkpoint, distribution=distribution)
 
 
-def train_with_early_stopping(teacher, dataset: tf.data.Dataset, num_examples: int, dev_f1: Callable[[], float],
+def train_with_early_stopping(teacher, dataset, num_examples: int, dev_f1: Callable[[], float],
                               config: FinetuneConfig, label_shape=(None, None),
-                              log_dir: Optional[str] = None) -> FinetuneResult:
+                              log_dir: Optional[str] = None, checkpoint: Optional[EpochCheckpoint] = None,
+                              distribution: Optional[tf.distribute.Strategy] = None) -> FinetuneResult:
     """The fine-tuning loop of any teacher head: epochs over `dataset` (batches with label_ids of
-    `label_shape`), `dev_f1()` after each, best weights kept, `patience` epochs without gain stop it.
-    `log_dir`: TensorBoard scalars (train loss, dev F1, learning rates) per epoch."""
+    `label_shape`; or a function `seed -> batches` giving each epoch's order from
+    `resume.epoch_seed(config.seed, epoch)`), `dev_f1()` after each, best weights kept, `patience`
+    epochs without gain stop it. `log_dir`: TensorBoard scalars (train loss, dev F1, learning
+    rates) per epoch. `checkpoint`: saved after every epoch (teacher, every optimizer, the loss
+    scale, best weights, history); a run whose checkpoint dir holds one continues after it.
+    `distribution`: a tf.distribute strategy the teacher was built under; batches are global."""
+    checkpoint = checkpoint or EpochCheckpoint(None)
     steps = -(-num_examples // config.batch_size)
     if config.max_steps_per_epoch:
         steps = min(steps, config.max_steps_per_epoch)
-    groups = parameter_groups(teacher, config, steps * config.epochs)
-    train_step = make_train_step(teacher, groups, label_shape)
+    with scope_of(distribution):
+        groups = parameter_groups(teacher, config, steps * config.epochs)
+        if distribution is not None:
+            if needs_loss_scaling():
+                raise ConfigError("teacher fine-tuning under --distribution takes --mixed_precision=mixed_bfloat16 "
+                                  "or float32: its per-depth optimizers share one float16 loss scale, which "
+                                  "TensorFlow's LossScaleOptimizer cannot do across replicas")
+            train_step = make_distributed_train_step(teacher, groups, distribution)
+        else:
+            train_step = make_train_step(teacher, groups, label_shape)
+        for optimizer, group in groups:  # slots exist before a checkpoint is restored into them
+            optimizer.build(group)
     scalars = ScalarLog(log_dir)
     result, best_weights, stale = FinetuneResult(), None, 0
-    for epoch in range(config.epochs):
-        losses = _run_epoch(train_step, dataset.take(steps), steps, epoch, config)
+    best = WeightsSlot(teacher.get_weights()) if checkpoint.enabled else None
+    objects = {"teacher": teacher, "optimizers": [optimizer for optimizer, _ in groups], "best": best}
+    if train_step.loss_scaler is not None:
+        objects["loss_scale"] = train_step.loss_scaler
+    position = checkpoint.position()
+    if position:
+        checkpoint.restore(objects)
+        result = FinetuneResult(position["history"], position["best_epoch"], position["best_dev_f1"])
+        stale = position["stale"]
+        best_weights = best.numpy() if result.best_epoch > 0 else None
+    for epoch in range(len(result.history), config.epochs):
+        if stale >= config.patience:
+            break
+        seed = epoch_seed(config.seed, epoch)
+        reseed_epoch([teacher], seed)
+        batches = (dataset(seed) if callable(dataset) else dataset).take(steps)
+        if distribution is not None:
+            batches = distribution.experimental_distribute_dataset(shard_by_data(batches))
+        losses = _run_epoch(train_step, batches, steps, epoch, config)
         record = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "dev_f1": float(dev_f1())}
         # groups: one per encoder depth from the top (0), then the head.
         scalars.write(epoch + 1, {**record, "learning_rate/top_layer": current_learning_rate(groups[0][0]),
@@ -249,8 +336,11 @@ def train_with_early_stopping(teacher, dataset: tf.data.Dataset, num_examples: i
             best_weights = teacher.get_weights()
         else:
             stale += 1
-            if stale >= config.patience:
-                break
+        if checkpoint.enabled:
+            if best_weights is not None:
+                best.assign(best_weights)
+            checkpoint.save(objects, {"history": result.history, "best_epoch": result.best_epoch,
+                                      "best_dev_f1": result.best_dev_f1, "stale": stale})
     if best_weights is not None:
         teacher.set_weights(best_weights)
     return result

@@ -60,7 +60,7 @@ def add_surrogates(outputs: Dict[str, np.ndarray], surrogates: SurrogateFn,
 def write_multigrained_outputs(teacher: CRFTokenTeacher, windows: Windows, out_dir, k: int, fingerprint: dict, *,
                                layer: Optional[int] = None, shard_size: int = 1000, batch_size: int = 64,
                                hidden_dtype: str = "float16", progress: bool = True,
-                               overwrite: bool = False) -> dict:
+                               overwrite: bool = False, distribution=None) -> dict:
     """Run the CRF teacher over every window and cache its outputs and k-best surrogates.
 
     `layer`: the hidden_states index cached as `hidden` (default: the last layer). `k` (1..15) is
@@ -71,7 +71,7 @@ def write_multigrained_outputs(teacher: CRFTokenTeacher, windows: Windows, out_d
         raise ConfigError(f"multi-grained surrogates need a CRF teacher; got {type(teacher).__name__} "
                           "(train the teacher with the crf head)")
     k = check_kbest(k)
-    run = teacher_outputs_fn(teacher, teacher.num_layers if layer is None else layer)
+    run = teacher_outputs_fn(teacher, teacher.num_layers if layer is None else layer, distribution)
     surrogates = teacher.surrogate_fn(k)
     transitions = teacher.transitions.numpy()
 

@@ -16,13 +16,40 @@ from xtremedistil_tf.data.alignment import Windows
 from xtremedistil_tf.teachers.cache import write_sharded
 
 
-def teacher_outputs_fn(teacher, layer: int):
-    """A compiled function from a batch of ids and mask to (logits, hidden_states[layer])."""
+def teacher_outputs_fn(teacher, layer: int, distribution=None):
+    """A compiled function from a batch of ids and mask to (logits, hidden_states[layer]).
+
+    Under a tf.distribute strategy (the teacher built in its scope) each replica runs the teacher
+    on its slice of the batch (padded with empty rows to a multiple of the replicas) and the
+    slices are gathered back in order: every worker gets the whole batch's outputs."""
     spec = tf.TensorSpec([None, None], tf.int32)
+    if distribution is not None:
+        return _distributed_outputs_fn(teacher, layer, distribution)
 
     @tf.function(input_signature=[spec, spec])
     def run(input_ids, attention_mask):
         return teacher.call_with_hidden({"input_ids": input_ids, "attention_mask": attention_mask}, layer)
+
+    return run
+
+
+def _distributed_outputs_fn(teacher, layer: int, distribution):
+    spec = tf.TensorSpec([None, None], tf.int32)
+    replicas = distribution.num_replicas_in_sync
+
+    def replica_slice(input_ids, attention_mask):
+        per = tf.shape(input_ids)[0] // replicas
+        start = tf.distribute.get_replica_context().replica_id_in_sync_group * per
+        return teacher.call_with_hidden({"input_ids": input_ids[start:start + per],
+                                         "attention_mask": attention_mask[start:start + per]}, layer)
+
+    @tf.function(input_signature=[spec, spec])
+    def run(input_ids, attention_mask):
+        rows = tf.shape(input_ids)[0]
+        pad = (-rows) % replicas
+        input_ids, attention_mask = (tf.pad(x, [[0, pad], [0, 0]]) for x in (input_ids, attention_mask))
+        logits, hidden = distribution.run(replica_slice, args=(input_ids, attention_mask))
+        return (distribution.gather(logits, axis=0)[:rows], distribution.gather(hidden, axis=0)[:rows])
 
     return run
 
@@ -44,13 +71,13 @@ def compute_window_outputs(run, windows: Windows, start: int, end: int) -> Dict[
 def write_teacher_outputs(teacher, windows: Windows, out_dir, layer: int, fingerprint: dict, *,
                           shard_size: int = 1000, batch_size: int = 64,
                           hidden_dtype: str = "float16", progress: bool = True,
-                          overwrite: bool = False) -> dict:
+                          overwrite: bool = False, distribution=None) -> dict:
     """Run the teacher over every window and cache the outputs; resumes a killed run.
 
     Returns the cache manifest. `fingerprint` must identify the teacher, the data and the
     settings, so that a cache made by another configuration is never reused.
     """
-    run = teacher_outputs_fn(teacher, layer)
+    run = teacher_outputs_fn(teacher, layer, distribution)
     return write_sharded(out_dir, len(windows), lambda s, e: compute_window_outputs(run, windows, s, e),
                          shard_size=shard_size, batch_size=batch_size, fingerprint=fingerprint,
                          dtypes={"hidden": hidden_dtype}, progress=progress, overwrite=overwrite)

@@ -56,3 +56,48 @@ class BestWeights(tf.keras.callbacks.Callback):
         if self._best_weights is not None:
             self.model.set_weights(self._best_weights)
             self._best_weights = None
+
+
+class BestSoFar:
+    """The selection state of a loop that keeps its best epoch (lowest value), as plain data so a
+    checkpoint can hold it: every epoch's value, the best value and epoch (1-based; 0 = the starting
+    weights given as `baseline`), epochs since the last improvement, and the best weights.
+    NaN counts as no improvement; `patience` epochs without one set `stopped` (None: never)."""
+
+    def __init__(self, patience: Optional[int] = None, baseline: Optional[float] = None, weights=None):
+        self.patience = patience
+        self.baseline = baseline
+        self.values: List[float] = []
+        self.wait = 0
+        self.best, self.best_epoch, self.best_weights = math.inf, None, None
+        if baseline is not None and math.isfinite(baseline):
+            self.best, self.best_epoch, self.best_weights = float(baseline), 0, weights
+
+    @property
+    def stopped(self) -> bool:
+        return self.patience is not None and self.wait >= self.patience
+
+    def update(self, value: float, get_weights) -> bool:
+        """Record one epoch's `value`; on improvement keep `get_weights()`. Returns whether it improved."""
+        value = float(value)
+        self.values.append(value)
+        if value < self.best:
+            self.best, self.best_epoch, self.wait = value, len(self.values), 0
+            self.best_weights = get_weights()
+            return True
+        self.wait += 1
+        return False
+
+    def state(self) -> dict:
+        """Everything but the weights (a checkpoint holds those as variables)."""
+        return {"values": self.values, "wait": self.wait, "best": self.best, "best_epoch": self.best_epoch,
+                "baseline": self.baseline}
+
+    @classmethod
+    def from_state(cls, state: dict, patience: Optional[int], weights) -> "BestSoFar":
+        tracker = cls(patience)
+        tracker.baseline = state["baseline"]
+        tracker.values, tracker.wait = list(state["values"]), int(state["wait"])
+        tracker.best, tracker.best_epoch = float(state["best"]), state["best_epoch"]
+        tracker.best_weights = weights if state["best_epoch"] is not None else None
+        return tracker

@@ -18,7 +18,10 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.students.models import build_bilstm_classifier
 from xtremedistil_tf.teachers.classifier import score_texts
 from xtremedistil_tf.training.staged import EvaluateFn, train_student
-from xtremedistil_tf.training.student_run import StudentConfig, distil_config, staged_datasets, student_embeddings
+from xtremedistil_tf.training.distribute import scope_of
+from xtremedistil_tf.training.resume import EpochCheckpoint
+from xtremedistil_tf.training.student_run import (StudentConfig, build_resumable, distil_config, staged_sources,
+                                                  student_embeddings)
 from xtremedistil_tf.training.tensorboard import EpochScalars, ScalarLog
 
 HEAD_OUTPUTS = {"softmax": "probs", "logits": "logits"}
@@ -61,17 +64,20 @@ def make_dev_class_f1(sentences: Sequence[Sentence], tokenizer, vocab: ClassVoca
 
 
 def distil_classifier(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_texts: int,
-                      dev: Sequence[Sentence], progress: bool = False, log_dir=None):
+                      dev: Sequence[Sentence], progress: bool = False, log_dir=None, checkpoint_dir=None,
+                      distribution=None):
     """Distil a new classifier with the configured strategy; returns (student, history).
 
     The labeled texts are the first `train_texts` examples of the transfer cache, as for tagging."""
     tf.keras.utils.set_random_seed(cfg.seed)
-    student = build_classifier_student(cfg, teacher)
-    train_ds, transfer_ds, dev_ds = staged_datasets(cfg, transfer_dir, dev_cache_dir, train_texts)
+    with scope_of(distribution):
+        student = build_resumable(build_classifier_student, cfg, teacher)
+    train_ds, transfer_ds, dev_ds = staged_sources(cfg, transfer_dir, dev_cache_dir, train_texts)
     evaluate_fn = make_dev_class_f1(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
                             distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn,
-                            callbacks=[EpochScalars(ScalarLog(log_dir))])
+                            callbacks=[EpochScalars(ScalarLog(log_dir))],
+                            checkpoint=EpochCheckpoint(checkpoint_dir), distribution=distribution)
     return student, history
 
 

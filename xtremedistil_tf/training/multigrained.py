@@ -38,7 +38,9 @@ from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS, loss_weighting
 from xtremedistil_tf.losses import sequence
 from xtremedistil_tf.teachers.multigrained_outputs import check_kbest
+from xtremedistil_tf.training.distribute import scope_of, shard_by_data
 from xtremedistil_tf.training.precision import with_loss_scaling
+from xtremedistil_tf.training.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
 from xtremedistil_tf.training.tensorboard import ScalarLog, current_learning_rate
 
 log = logging.getLogger(__name__)
@@ -171,11 +173,14 @@ def _trim(batch: Dict[str, tf.Tensor], kbest: int) -> Dict[str, tf.Tensor]:
     return out
 
 
-def _stream(ds: tf.data.Dataset, keys: Sequence[str], config: MultiGrainedConfig, shuffle: bool):
-    """Per-example dicts -> trimmed batches of `keys`."""
+def _stream(ds: tf.data.Dataset, keys: Sequence[str], config: MultiGrainedConfig, shuffle: bool,
+            seed: Optional[int] = None):
+    """Per-example dicts -> trimmed batches of `keys`; shuffled in the order `seed` fixes (one
+    epoch's order, training/resume.py), or reshuffled at every iteration from `config.seed`."""
     ds = ds.map(lambda ex: {k: ex[k] for k in keys})
     if shuffle:
-        ds = ds.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(config.shuffle_buffer, seed=config.seed if seed is None else seed,
+                        reshuffle_each_iteration=seed is None)
     return ds.batch(config.batch_size).map(lambda b: _trim(b, config.kbest)).prefetch(tf.data.AUTOTUNE)
 
 
@@ -198,17 +203,47 @@ def _check_kbest(ds: tf.data.Dataset, config: MultiGrainedConfig) -> None:
                           "paths per window; rebuild it with a larger --kbest")
 
 
-class _Steps:
-    """The compiled train and dev steps of one run (the student, its weighting layer, Adam)."""
+def _loss_counts(names, batch, pad_id: int) -> tf.Tensor:
+    """[num_losses] what each loss of `_loss_values` averages over in this batch: rows for the
+    sequence losses, real positions for the token losses, labeled rows for L_hard without
+    surrogates. A replica's share of the global batch's count weights its loss (`_Steps`)."""
+    mask = tf.cast(batch["attention_mask"], tf.float32)
+    rows = tf.cast(tf.shape(mask)[0], tf.float32)
+    counts = []
+    for name in names:
+        if name == "hard" and "kbest_tags" not in batch:
+            counts.append(tf.reduce_sum(tf.cast(labeled_rows(batch["label_ids"], batch["attention_mask"], pad_id),
+                                                tf.float32)))
+        elif name in ("token_em", "token_pos"):
+            counts.append(tf.reduce_sum(mask))
+        else:
+            counts.append(rows)
+    return tf.stack(counts)
 
-    def __init__(self, student, weighting, config: MultiGrainedConfig, pad_id: int, train_spec):
+
+class _Steps:
+    """The compiled train and dev steps of one run (the student, its weighting layer, Adam).
+
+    Under a tf.distribute strategy each replica trains on its slice of the global batch: its loss
+    terms are weighted by its share of what each term averages over (`_loss_counts`, summed over
+    replicas), and the weighting's regulariser counts once over all replicas, so the gradients the
+    optimizer sums over replicas are the single-device gradients of the global batch."""
+
+    def __init__(self, student, weighting, config: MultiGrainedConfig, pad_id: int, train_spec, distribution=None):
         self.student, self.weighting, self.config, self.pad_id = student, weighting, config, pad_id
+        self.distribution = distribution
         self.crf = student.get_layer("crf")
-        self.optimizer = with_loss_scaling(tf.keras.optimizers.Adam(config.learning_rate,
-                                                                    global_clipnorm=config.clipnorm))
         self.variables = student.trainable_variables + weighting.trainable_variables
+        with scope_of(distribution):
+            self.optimizer = with_loss_scaling(tf.keras.optimizers.Adam(config.learning_rate,
+                                                                        global_clipnorm=config.clipnorm))
+            # Slots exist before a checkpoint is restored into them (training/resume.py).
+            getattr(self.optimizer, "inner_optimizer", self.optimizer).build(self.variables)
         dev_spec = {k: tf.TensorSpec([None, None], tf.int32) for k in (*INPUT_KEYS, "label_ids")}
-        if config.run_eagerly:
+        if distribution is not None:
+            self.train = tf.function(self._distributed_train)
+            self.dev_nll = tf.function(self._dev_nll, input_signature=[dev_spec])
+        elif config.run_eagerly:
             self.train, self.dev_nll = self._train, self._dev_nll
         else:
             self.train = tf.function(self._train, input_signature=[train_spec])
@@ -221,6 +256,28 @@ class _Steps:
             total = self.weighting(values)
         self.optimizer.minimize(total, self.variables, tape=tape)
         return total, values
+
+    def _replica_train(self, batch):
+        context = tf.distribute.get_replica_context()
+        counts = _loss_counts(self.config.losses, batch, self.pad_id)
+        share = tf.math.divide_no_nan(counts, context.all_reduce(tf.distribute.ReduceOp.SUM, counts))
+        replicas = float(context.num_replicas_in_sync)
+        with tf.GradientTape() as tape:
+            outputs = self.student({k: batch[k] for k in INPUT_KEYS}, training=True)
+            values = tf.stack(_loss_values(self.config.losses, outputs, batch, self.crf.transitions,
+                                           self.pad_id)) * share
+            # The weighting is linear in the losses plus a regulariser (weighting of zeros):
+            # keep 1/R of the regulariser per replica.
+            total = self.weighting(values) - (1.0 - 1.0 / replicas) * self.weighting(tf.zeros_like(values))
+        self.optimizer.minimize(total, self.variables, tape=tape)
+        return total, values
+
+    def _distributed_train(self, batch):
+        """One global batch (a distributed dataset's element): (total, loss values) of the batch."""
+        total, values = self.distribution.run(self._replica_train, args=(batch,))
+        reduce = self.distribution.reduce
+        return (reduce(tf.distribute.ReduceOp.SUM, total, axis=None),
+                reduce(tf.distribute.ReduceOp.SUM, values, axis=None))
 
     def _dev_nll(self, batch):
         """(sum of gold NLLs over the labeled rows, their count)."""
@@ -244,7 +301,7 @@ def _dev_loss(steps: _Steps, dev: Optional[tf.data.Dataset]) -> Optional[float]:
 
 def _run_epoch(steps: _Steps, train: tf.data.Dataset, names, epoch: int) -> Tuple[float, Dict[str, float]]:
     totals, values = [], []
-    batches = int(train.cardinality())
+    batches = int(train.cardinality()) if isinstance(train, tf.data.Dataset) else -1  # -1: unknown, distributed
     bar = tqdm(train, total=batches if batches >= 0 else None, unit="batch", disable=not steps.config.progress,
                desc=f"student epoch {epoch}/{steps.config.epochs}")
     for batch in bar:
@@ -257,30 +314,58 @@ def _run_epoch(steps: _Steps, train: tf.data.Dataset, names, epoch: int) -> Tupl
 
 
 def train_multigrained(student: tf.keras.Model, train_ds: tf.data.Dataset, dev_ds: Optional[tf.data.Dataset],
-                       config: MultiGrainedConfig, pad_id: int,
-                       evaluate_fn: Optional[EvaluateFn] = None) -> MultiGrainedHistory:
+                       config: MultiGrainedConfig, pad_id: int, evaluate_fn: Optional[EvaluateFn] = None,
+                       checkpoint: Optional[EpochCheckpoint] = None,
+                       distribution: Optional[tf.distribute.Strategy] = None) -> MultiGrainedHistory:
     """Train a CRF student (`students/crf_student.py`) in place; returns the per-epoch history.
 
-    train_ds: per-example dicts (see the module docstring), shuffled and batched here.
+    train_ds: per-example dicts (see the module docstring), shuffled and batched here, each epoch
+    in the order `resume.epoch_seed(config.seed, epoch)` gives.
     dev_ds: per-example dicts with gold `label_ids` (None: select on `evaluate_fn` alone).
     pad_id: the TagVocab's [PAD] id (marks unlabeled windows). evaluate_fn(student) -> dev F1
     selects the epoch when given (e.g. `make_crf_dev_f1`); otherwise the dev NLL does.
+    checkpoint: saved after every epoch (student, lambdas, Adam, best weights, the history); a run
+    whose checkpoint dir holds one continues after its last epoch (training/resume.py).
+    distribution: a tf.distribute strategy the student was built under; batches are global.
     """
     if evaluate_fn is None and dev_ds is None:
         raise ConfigError("train_multigrained needs a dev set or an evaluate_fn to select the best epoch")
+    checkpoint = checkpoint or EpochCheckpoint(None)
     tf.keras.utils.set_random_seed(config.seed)
     _check_kbest(train_ds, config)
-    train = _stream(train_ds, _needed_keys(config.losses, list(train_ds.element_spec)), config, shuffle=True)
+    keys = _needed_keys(config.losses, list(train_ds.element_spec))
+
+    def train_for(epoch: int):
+        seed = epoch_seed(config.seed, epoch)
+        reseed_epoch([student], seed)
+        batches = _stream(train_ds, keys, config, shuffle=True, seed=seed)
+        return batches if distribution is None else distribution.experimental_distribute_dataset(
+            shard_by_data(batches))
+
     dev = None if dev_ds is None else _stream(dev_ds, [*INPUT_KEYS, "label_ids"], config, shuffle=False)
-    weighting = loss_weighting(config.weighting, len(config.losses))
-    weighting.build(tf.TensorShape([len(config.losses)]))
-    steps = _Steps(student, weighting, config, pad_id, _relaxed(train.element_spec))
+    with scope_of(distribution):
+        weighting = loss_weighting(config.weighting, len(config.losses))
+        weighting.build(tf.TensorShape([len(config.losses)]))
+    spec = _relaxed(_stream(train_ds, keys, config, shuffle=False).element_spec)
+    steps = _Steps(student, weighting, config, pad_id, spec, distribution)
     history = MultiGrainedHistory(config.losses)
     scalars = ScalarLog(config.log_dir)
     best_weights, stale = _snapshot(student, weighting), 0
-    history.best_score = _score(steps, dev, evaluate_fn)[2]
-    for epoch in range(1, config.epochs + 1):
-        train_loss, means = _run_epoch(steps, train, config.losses, epoch)
+    best = WeightsSlot(best_weights[0] + best_weights[1]) if checkpoint.enabled else None
+    objects = {"student": student, "weighting": weighting, "optimizer": steps.optimizer, "best": best}
+    position = checkpoint.position()
+    if position:
+        checkpoint.restore(objects)
+        history = MultiGrainedHistory(config.losses, position["epochs"], position["best_epoch"], position["best_score"])
+        stale = position["stale"]
+        restored = best.numpy()
+        best_weights = restored[:len(best_weights[0])], restored[len(best_weights[0]):]
+    else:
+        history.best_score = _score(steps, dev, evaluate_fn)[2]
+    for epoch in range(len(history.epochs) + 1, config.epochs + 1):
+        if config.patience is not None and stale >= config.patience:
+            break
+        train_loss, means = _run_epoch(steps, train_for(epoch), config.losses, epoch)
         dev_loss, dev_f1, score = _score(steps, dev, evaluate_fn)
         record = {"epoch": epoch, "train_loss": train_loss, "losses": means, "dev_loss": dev_loss, "dev_f1": dev_f1,
                   "lambdas": dict(zip(config.losses, map(float, weighting.lambdas.numpy())))}
@@ -296,8 +381,10 @@ def train_multigrained(student: tf.keras.Model, train_ds: tf.data.Dataset, dev_d
             best_weights = _snapshot(student, weighting)
         else:
             stale += 1
-            if config.patience is not None and stale >= config.patience:
-                break
+        if checkpoint.enabled:
+            best.assign(best_weights[0] + best_weights[1])
+            checkpoint.save(objects, {"epochs": history.epochs, "best_epoch": history.best_epoch,
+                                      "best_score": history.best_score, "stale": stale})
     student.set_weights(best_weights[0])
     weighting.set_weights(best_weights[1])
     return history

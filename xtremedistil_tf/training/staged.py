@@ -28,7 +28,9 @@ from xtremedistil_tf.losses.xtremedistil import (DEFAULT_REPRESENTATION_LOSS, cr
                                                  logit_mse, representation_loss)
 from xtremedistil_tf.students.models import encoder_layer_name
 from xtremedistil_tf.teachers.finetune import trim_to_longest
-from xtremedistil_tf.training.callbacks import BestWeights
+from xtremedistil_tf.training.callbacks import BestSoFar
+from xtremedistil_tf.training.distribute import scope_of, shard_by_data
+from xtremedistil_tf.training.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
 from xtremedistil_tf.training.strategies import LOSS_TARGETS, Stage, Strategy, get_strategy
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,7 @@ class DistilConfig:
     # Every step compiles a fresh model, so graph tracing is paid per step; for tiny students on a
     # CPU (tests, smoke runs) eager execution is faster overall.
     run_eagerly: bool = False
+    seed: int = 0  # epoch seeds (data order, dropout) derive from it: training/resume.py
 
     def weight(self, value) -> float:
         """A loss term's weight: a number, or the name of one of alpha/beta/gamma."""
@@ -123,8 +126,9 @@ class _StageModel(tf.keras.Model):
             mask = self._mask(batch, target, outs[source][output])
             value = fn(batch[target], outs[source][output], mask) if target == "label_ids" \
                 else fn(outs[source][output], batch[target], mask)
-            self.trackers[name].update_state(value, sample_weight=tf.reduce_sum(mask))
-            total += weight * value
+            count = tf.reduce_sum(mask)
+            self.trackers[name].update_state(value, sample_weight=count)
+            total += weight * (value * _replica_share(count) if training and tf.distribute.has_strategy() else value)
         return total
 
     def _mask(self, batch, target, output):
@@ -153,11 +157,21 @@ class _StageModel(tf.keras.Model):
         return self._results()
 
 
-def batched(ds: tf.data.Dataset, batch_size: int, shuffle_buffer: int = 0, seed: int = 0) -> tf.data.Dataset:
-    """Per-example dicts -> shuffled (reshuffled every epoch when `shuffle_buffer` > 0) batches
-    (paper: 512). Padding columns no row uses are dropped later, per stage."""
+def _replica_share(count):
+    """This replica's share of the global batch's `count` (summed over replicas): a replica's
+    term mean times its share, summed over replicas by the optimizer, is the term's mean over
+    the global batch (trackers keep the unscaled means; Keras aggregates them over replicas)."""
+    context = tf.distribute.get_replica_context()
+    return tf.math.divide_no_nan(count, context.all_reduce(tf.distribute.ReduceOp.SUM, count))
+
+
+def batched(ds: tf.data.Dataset, batch_size: int, shuffle_buffer: int = 0, seed: int = 0,
+            reshuffle: bool = True) -> tf.data.Dataset:
+    """Per-example dicts -> shuffled (when `shuffle_buffer` > 0; reshuffled at every iteration when
+    `reshuffle`, else always in the order `seed` gives) batches (paper: 512). Padding columns no row
+    uses are dropped later, per stage."""
     if shuffle_buffer:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=reshuffle)
     return ds.batch(batch_size)
 
 
@@ -202,13 +216,19 @@ def _sentence_level(ds: tf.data.Dataset) -> bool:
     return "label_ids" in spec and spec["label_ids"].shape.rank < spec["input_ids"].shape.rank
 
 
-def _stage_data(stage: Stage, sources: Dict[str, tf.data.Dataset], dev_ds: tf.data.Dataset):
-    """(train data of {source: batch}, dev data of {source: batch}) for a stage."""
+def _for_epoch(source, seed: int):
+    """An epoch's batches: `source(seed)` for a per-epoch source (see `train_student`), else the
+    dataset itself."""
+    return source(seed) if callable(source) else source
+
+
+def _stage_data(stage: Stage, sources: Dict[str, object], dev_ds: tf.data.Dataset, seed: int = 0):
+    """(train data of {source: batch}, dev data of {source: batch}) for one epoch of a stage."""
     parts = {}
     for src in stage.sources:
         if sources[src] is None:
             raise ConfigError(f"stage '{stage.name}' trains on the {src} set, but none was given")
-        parts[src] = _select(sources[src], _needed_keys(stage, src), src, stage)
+        parts[src] = _select(_for_epoch(sources[src], seed), _needed_keys(stage, src), src, stage)
     if len(parts) == 1:
         (src, ds), = parts.items()
         train = ds.map(lambda b: {src: b})
@@ -251,55 +271,131 @@ def _optimizer(config: DistilConfig, total_steps: int):
     return tf.keras.optimizers.Adam(learning_rate=schedule)
 
 
-def _run_step(student, terms, config, train, dev, batches, trainable, callbacks):
+def _step_model(student, terms, config, batches, trainable, distribution=None):
+    """The student wrapped for one unfreeze step, compiled with a fresh optimizer (built, so that a
+    checkpoint's slots can be restored into it). Under a distribution strategy the wrapper, its
+    metrics and the optimizer are made in the strategy's scope."""
     _set_trainable(student, trainable)
-    model = _StageModel(student, terms, config.pad_id)
-    model.compile(optimizer=_optimizer(config, batches * config.epochs_per_layer), run_eagerly=config.run_eagerly)
-    initial = float(model.evaluate(dev, verbose=0, return_dict=True)["loss"])
-    keeper = BestWeights("val_loss", patience=config.patience, baseline=initial)
-    model.fit(train, validation_data=dev, epochs=config.epochs_per_layer,
-              callbacks=[keeper, *callbacks], verbose=config.verbose)
-    return initial, keeper
+    with scope_of(distribution):
+        model = _StageModel(student, terms, config.pad_id)
+        model.compile(optimizer=_optimizer(config, batches * config.epochs_per_layer),
+                      run_eagerly=config.run_eagerly)
+        if distribution is not None:
+            # The trackers' results are already over all replicas (Keras merges metric results);
+            # summing them again over replicas would multiply the logged losses by R.
+            model.distribute_reduction_method = "first"
+        model.optimizer.build(model.trainable_variables)
+    return model
 
 
-def train_student(strategy_name: str, student: tf.keras.Model, train_ds: Optional[tf.data.Dataset],
-                  transfer_ds: Optional[tf.data.Dataset], dev_ds: tf.data.Dataset, config: DistilConfig,
-                  callbacks: Sequence[tf.keras.callbacks.Callback] = (),
-                  evaluate_fn: Optional[EvaluateFn] = None) -> StagedHistory:
+def _run_step(student, model, config, stage, sources, dev_ds, where, tracker, callbacks, save, distribution=None):
+    """Train one unfreeze step epoch by epoch from `tracker`'s state, saving after each epoch, and
+    leave the best weights in the student. `where` = (stage, step) indices, for the epoch seeds."""
+    _, dev = _stage_data(stage, sources, dev_ds)
+    for epoch in range(len(tracker.values), config.epochs_per_layer):
+        if tracker.stopped:
+            break
+        seed = epoch_seed(config.seed, *where, epoch)
+        reseed_epoch([student], seed)
+        train, _ = _stage_data(stage, sources, dev_ds, seed)
+        if distribution is not None:
+            train, dev = shard_by_data(train), shard_by_data(dev)
+        fit = model.fit(train, validation_data=dev, initial_epoch=epoch, epochs=epoch + 1,
+                        callbacks=list(callbacks), verbose=config.verbose)
+        tracker.update(fit.history["val_loss"][-1], student.get_weights)
+        save(tracker, model.optimizer)
+    if tracker.best_weights is not None:
+        student.set_weights(tracker.best_weights)
+    return tracker
+
+
+def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfer_ds, dev_ds: tf.data.Dataset,
+                  config: DistilConfig, callbacks: Sequence[tf.keras.callbacks.Callback] = (),
+                  evaluate_fn: Optional[EvaluateFn] = None, checkpoint: Optional[EpochCheckpoint] = None,
+                  distribution: Optional[tf.distribute.Strategy] = None) -> StagedHistory:
     """Run a registered strategy on `student` in place; returns the per-step record.
 
+    `train_ds`, `transfer_ds`: batched datasets, or per-epoch sources `seed -> dataset` (e.g.
+    `student_run.staged_sources`) whose order is a function of the epoch's seed
+    (`resume.epoch_seed(config.seed, stage, step, epoch)`): what makes a resumed run repeat the
+    uninterrupted one exactly. `checkpoint`: saved after every epoch and every finished step; a run
+    given a checkpoint dir that holds one continues from it (training/resume.py).
     `evaluate_fn(student, head)` (e.g. `make_dev_f1(...)`) gives dev F1 after each step of a stage
     that has a tagger (`head` is "softmax" or "logits"). Layers frozen on entry (e.g. teacher
     embeddings built with freeze_embeddings=True) stay frozen, and a step that would unfreeze only
-    those is skipped. On return every other layer is trainable again.
+    those is skipped. On return every other layer is trainable again. `distribution`: a
+    tf.distribute strategy the student was built under (training/distribute.py); batches are global.
     """
     strategy: Strategy = get_strategy(strategy_name)
+    checkpoint = checkpoint or EpochCheckpoint(None)
     entry_frozen = {layer.name for layer in student.layers if layer.weights and not layer.trainable}
     history = StagedHistory(strategy.name)
+    resume = checkpoint.position()
+    if resume:
+        history.steps = [_record(r) for r in resume["history"]]
+    best = WeightsSlot(student.get_weights()) if checkpoint.enabled else None
     sources = {"train": train_ds, "transfer": transfer_ds}
+
+    def save(tracker: Optional[BestSoFar], optimizer=None):
+        if not checkpoint.enabled:
+            return
+        objects = {"student": student}
+        if tracker is not None:
+            objects.update(optimizer=optimizer, best=best)
+            if tracker.best_weights is not None:
+                best.assign(tracker.best_weights)
+        checkpoint.save(objects, {"history": [asdict(s) for s in history.steps],
+                                  "step": tracker.state() if tracker else None})
+
     try:
+        run = 0  # unfreeze steps run so far, over all stages
         for stage_index, stage in enumerate(strategy.stages, start=1):
             terms = _resolve_terms(stage, config)
-            train, dev = _stage_data(stage, sources, dev_ds)
-            batches = _count_batches(train)
+            batches = None
             trainable: List[str] = []
-            for step in stage.unfreeze:
+            for step_index, step in enumerate(stage.unfreeze):
                 new = [n for n in _resolve_layers(step, student) if n not in entry_frozen]
                 if not new:
                     continue
                 trainable += new
-                initial, keeper = _run_step(student, terms, config, train, dev, batches, trainable,
-                                            callbacks)
+                run += 1
+                if run <= len(history.steps):
+                    continue  # finished before the run was killed
+                if batches is None:
+                    batches = _count_batches(_stage_data(stage, sources, dev_ds)[0])
+                model = _step_model(student, terms, config, batches, trainable, distribution)
+                tracker = None
+                if resume:
+                    objects = {"student": student}
+                    if resume["step"]:
+                        objects.update(optimizer=model.optimizer, best=best)
+                    checkpoint.restore(objects)
+                    if resume["step"]:
+                        tracker = BestSoFar.from_state(resume["step"], config.patience, best.numpy())
+                    resume = None
+                if tracker is None:
+                    _, dev = _stage_data(stage, sources, dev_ds)
+                    dev = dev if distribution is None else shard_by_data(dev)
+                    initial = float(model.evaluate(dev, verbose=0, return_dict=True)["loss"])
+                    tracker = BestSoFar(config.patience, baseline=initial, weights=student.get_weights())
+                _run_step(student, model, config, stage, sources, dev_ds, (stage_index, step_index), tracker,
+                          callbacks, lambda t, opt: save(t, opt), distribution)
                 f1 = evaluate_fn(student, stage.eval_head) if evaluate_fn and stage.eval_head else None
                 history.steps.append(StepRecord(
-                    stage_index, stage.name, tuple(new), tuple(trainable), initial, keeper.values,
-                    keeper.best_epoch, keeper.best, f1))
+                    stage_index, stage.name, tuple(new), tuple(trainable), tracker.baseline, tracker.values,
+                    tracker.best_epoch, tracker.best, f1))
+                save(None)
                 log.info("%s stage %d (%s) +%s: dev loss %.4g -> %.4g (epoch %s), dev F1 %s",
-                         strategy.name, stage_index, stage.name, "+".join(new), initial, keeper.best,
-                         keeper.best_epoch, f1)
+                         strategy.name, stage_index, stage.name, "+".join(new), tracker.baseline, tracker.best,
+                         tracker.best_epoch, f1)
     finally:
         _set_trainable(student, [layer.name for layer in student.layers if layer.name not in entry_frozen])
     return history
+
+
+def _record(data: dict) -> StepRecord:
+    """A StepRecord read back from a checkpoint's position (JSON lists back to tuples)."""
+    return StepRecord(**{**data, "unfrozen": tuple(data["unfrozen"]), "trainable": tuple(data["trainable"])})
 
 
 def predict_tags(student: tf.keras.Model, windows: Windows, batch_size: int = 64,

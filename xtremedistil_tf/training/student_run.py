@@ -103,7 +103,8 @@ def distil_config(cfg: StudentConfig, tag_vocab: TagVocab, progress: bool = Fals
     # Keras' one-line-per-epoch log (verbose=2) is the progress report of the long student steps.
     return DistilConfig(pad_id=tag_vocab.pad_id, epochs_per_layer=cfg.epochs_per_layer, patience=cfg.patience,
                         learning_rate=cfg.learning_rate, alpha=cfg.alpha, beta=cfg.beta, gamma=cfg.gamma,
-                        representation_loss=cfg.representation_loss, verbose=2 if progress else 0)
+                        representation_loss=cfg.representation_loss, verbose=2 if progress else 0,
+                        seed=cfg.seed)
 
 
 def source_keys(strategy: str, source: str) -> Tuple[str, ...]:
@@ -139,37 +140,75 @@ def staged_datasets(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_examp
     return train_ds, transfer_ds, batched(read_sharded(dev_cache_dir), cfg.batch_size)
 
 
+def staged_sources(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_examples: int,
+                   shuffle_buffer: Optional[int] = None):
+    """`staged_datasets` as per-epoch sources for `train_student`: (labeled train, transfer) as
+    functions `seed -> batches` whose shuffle order is fixed by the epoch's seed (exact resume,
+    training/resume.py), and dev batches."""
+    shuffle_buffer = min(50_000, 10 * cfg.batch_size) if shuffle_buffer is None else shuffle_buffer
+    if shuffle_buffer < 1:
+        raise ConfigError(f"shuffle_buffer must be >= 1 window, got {shuffle_buffer}")
+    train = read_sharded(transfer_dir, keys=source_keys(cfg.strategy, "train")).take(train_examples)
+    transfer = read_sharded(transfer_dir, keys=source_keys(cfg.strategy, "transfer"))
+
+    def train_for(seed: int) -> tf.data.Dataset:
+        return batched(train, cfg.batch_size, shuffle_buffer=train_examples, seed=seed, reshuffle=False)
+
+    def transfer_for(seed: int) -> tf.data.Dataset:
+        return batched(transfer, cfg.batch_size, shuffle_buffer=shuffle_buffer, seed=seed, reshuffle=False)
+
+    return train_for, transfer_for, batched(read_sharded(dev_cache_dir), cfg.batch_size)
+
+
+def build_resumable(build, *args, **kwargs) -> tf.keras.Model:
+    """`build(*args, **kwargs)` with dropout that each epoch can reseed (training/resume.py)."""
+    from xtremedistil_tf.training.resume import stateful_dropout
+
+    with stateful_dropout():
+        return build(*args, **kwargs)
+
+
 def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
-           dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None):
+           dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None, checkpoint_dir=None,
+           distribution=None):
     """Distil a new student with the configured strategy; returns (student, history).
 
     The labeled train windows are the first `train_windows` examples of the transfer cache (the
     pipeline caches train before any unlabeled text); the dev cache carries teacher outputs so
     every step can be selected by its stage's loss on dev.
     """
+    from xtremedistil_tf.training.distribute import scope_of
+    from xtremedistil_tf.training.resume import EpochCheckpoint
+
     tf.keras.utils.set_random_seed(cfg.seed)
-    student = build_student(cfg, teacher, scheme)
-    train_ds, transfer_ds, dev_ds = staged_datasets(cfg, transfer_dir, dev_cache_dir, train_windows)
+    with scope_of(distribution):
+        student = build_resumable(build_student, cfg, teacher, scheme)
+    train_ds, transfer_ds, dev_ds = staged_sources(cfg, transfer_dir, dev_cache_dir, train_windows)
     dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     evaluate_fn = make_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
                             distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn,
-                            callbacks=[EpochScalars(ScalarLog(log_dir))])
+                            callbacks=[EpochScalars(ScalarLog(log_dir))],
+                            checkpoint=EpochCheckpoint(checkpoint_dir), distribution=distribution)
     return student, history
 
 
 def distil_multigrained(cfg: StudentConfig, teacher, tokenizer, transfer_dir, train_windows: int,
-                        dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None):
+                        dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None,
+                        checkpoint_dir=None, distribution=None):
     """Multi-grained KD of a CRF student from the cached k-best surrogates; returns (student, history).
 
     The stream is the transfer cache: its first `train_windows` examples are labeled (gold tags for
     L_hard); the rest are unlabeled sentences (the teacher's top-1 for L_hard), used when
     `use_unlabeled` (DA). Epochs are selected by Viterbi entity F1 on dev.
     """
+    from xtremedistil_tf.training.distribute import scope_of
     from xtremedistil_tf.training.multigrained import MultiGrainedConfig, make_crf_dev_f1, train_multigrained
+    from xtremedistil_tf.training.resume import EpochCheckpoint
 
     tf.keras.utils.set_random_seed(cfg.seed)
-    student = build_student(cfg, teacher, scheme)
+    with scope_of(distribution):
+        student = build_resumable(build_student, cfg, teacher, scheme)
     transfer = read_sharded(transfer_dir)
     stream = transfer if cfg.use_unlabeled else transfer.take(train_windows)
     config = MultiGrainedConfig(losses=tuple(cfg.losses), weighting=cfg.loss_weighting, kbest=cfg.kbest,
@@ -178,7 +217,8 @@ def distil_multigrained(cfg: StudentConfig, teacher, tokenizer, transfer_dir, tr
                                 log_dir=str(log_dir) if log_dir else None)
     dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     evaluate_fn = make_crf_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
-    history = train_multigrained(student, stream, None, config, teacher.tag_vocab.pad_id, evaluate_fn)
+    history = train_multigrained(student, stream, None, config, teacher.tag_vocab.pad_id, evaluate_fn,
+                                 checkpoint=EpochCheckpoint(checkpoint_dir), distribution=distribution)
     return student, history
 
 

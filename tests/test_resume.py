@@ -1,0 +1,65 @@
+"""Exact resume after a kill: a run SIGKILLed at several points and rerun each time ends with the
+weights and metrics of an uninterrupted run with the same seed (training/resume.py).
+
+Each run is a fresh process (tests/training_driver.py) that kills itself with SIGKILL, the way a
+lost machine ends a run: nothing is flushed or cleaned up after the last epoch checkpoint.
+"""
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DRIVER = Path(__file__).resolve().parent / "training_driver.py"
+
+
+def drive(tmp_path: Path, name: str, **spec) -> subprocess.CompletedProcess:
+    spec = {"out": str(tmp_path / f"{name}.npz"), **spec}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    return subprocess.run([sys.executable, str(DRIVER), str(path)], capture_output=True, text=True, timeout=900)
+
+
+def result(tmp_path: Path, name: str):
+    data = np.load(tmp_path / f"{name}.npz")
+    weights = [data[f"w{i}"] for i in range(len(data.files) - 1)]
+    return weights, json.loads(str(data["record"]))
+
+
+def assert_same_run(tmp_path, resumed: str, reference: str):
+    weights, record = result(tmp_path, resumed)
+    ref_weights, ref_record = result(tmp_path, reference)
+    assert len(weights) == len(ref_weights)
+    for got, want in zip(weights, ref_weights):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    steps, ref_steps = record["history"]["steps"], ref_record["history"]["steps"]
+    assert [s["unfrozen"] for s in steps] == [s["unfrozen"] for s in ref_steps]
+    for step, ref in zip(steps, ref_steps):
+        np.testing.assert_allclose(step["val_losses"], ref["val_losses"], rtol=1e-6)
+        assert step["best_epoch"] == ref["best_epoch"] and step["dev_f1"] == ref["dev_f1"]
+
+
+@pytest.mark.slow
+def test_staged_run_killed_three_times_ends_as_the_uninterrupted_one(tmp_path):
+    # D4.2, 2 epochs per unfreeze step: stage 1 is epochs 1-2, stage 2's steps epochs 3-10,
+    # stage 3's 11-18. Epochs are counted over the whole run, the killed parts included.
+    common = {"loop": "staged", "strategy": "D4.2", "epochs": 2}
+    reference = drive(tmp_path, "reference", **common)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    checkpoint = str(tmp_path / "checkpoints")
+    kills = [(2, 3),    # mid stage 1, its second epoch (after the first epoch's checkpoint)
+             (7, 0),    # between unfreezing steps: stage 2's third step (+bilstm) is about to begin
+             (18, 1)]   # mid final step (stage 3, +word_embedding; 2 batches an epoch), its last epoch
+    for epoch, batch in kills:
+        killed = drive(tmp_path, "resumed", checkpoint_dir=checkpoint, kill_at=[epoch, batch], **common)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+        assert not (tmp_path / "resumed.npz").exists()
+    finished = drive(tmp_path, "resumed", checkpoint_dir=checkpoint, **common)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert_same_run(tmp_path, "resumed", "reference")
+    # The final run trained only what the last kill lost: part of one epoch redone.
+    _, record = result(tmp_path, "resumed")
+    assert len(record["epoch_losses"]) == 1

@@ -1,0 +1,202 @@
+"""Run one tiny training loop in a fresh process, for the resume and distribution tests.
+
+    python tests/training_driver.py spec.json
+
+spec.json: {"loop": "staged" | "multigrained" | "teacher", "out": result .npz path,
+            "checkpoint_dir": dir or null, "kill_at": [epoch, batch] or null,
+            "distribution": "none" | "mirrored" | "multi_worker", "logical_cpus": n (0: leave the CPU alone),
+            "epochs": n}
+The result holds the final weights (`w0`, `w1`, ...) and `record` (a JSON string: per-epoch train
+losses of this process, the loop's history, dev metrics). `kill_at` = [e, b]: the process SIGKILLs
+itself after batch b of the loop's e-th epoch (1-based, counted over the whole run, epochs of
+earlier killed processes that the checkpoint holds included; b = 0: as epoch e begins, before any
+batch), standing in for a machine lost mid-run. Under multi_worker TF_CONFIG
+comes from the environment.
+"""
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ["HF_HUB_OFFLINE"] = "1"
+import xtremedistil_tf  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+SPEC = json.loads(Path(sys.argv[1]).read_text())
+if SPEC.get("logical_cpus"):
+    # Before TensorFlow initialises its devices: two logical CPUs for MirroredStrategy.
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * SPEC["logical_cpus"])
+
+from conftest import TOY_LABELS, toy_ner_sentences, write_tiny_vocab  # noqa: E402
+from xtremedistil_tf.data.alignment import TagVocab, encode  # noqa: E402
+from xtremedistil_tf.training.distribute import make_distribution  # noqa: E402
+from xtremedistil_tf.training.resume import EpochCheckpoint, stateful_dropout  # noqa: E402
+
+MAX_LEN = 16
+TEACHER_HIDDEN = 8
+
+
+class Killer(tf.keras.callbacks.Callback):
+    """Counts epochs and batches over every fit of the loop; SIGKILLs the process at `kill_at`."""
+
+    def __init__(self, kill_at):
+        super().__init__()
+        self.kill_at = tuple(kill_at) if kill_at else None
+        self.epoch = 0
+        self.losses = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch += 1
+        self._maybe_kill(0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._maybe_kill(batch + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.losses.append(float(logs["loss"]))
+
+    def _maybe_kill(self, batch):
+        if self.kill_at == (self.epoch, batch):
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def tokenizer():
+    from transformers import BertTokenizerFast
+
+    directory = write_tiny_vocab(Path(SPEC["out"]).parent / "vocab")
+    return BertTokenizerFast(vocab_file=str(directory / "vocab.txt"), do_lower_case=True)
+
+
+def teacher_outputs(windows, num_tags, seed):
+    rng = np.random.default_rng(seed)
+    code = np.random.default_rng(0).normal(size=(num_tags, TEACHER_HIDDEN)).astype(np.float32)
+    onehot = np.eye(num_tags, dtype=np.float32)[windows.label_ids]
+    logits = 6.0 * onehot - 3.0 + 0.3 * rng.normal(size=onehot.shape).astype(np.float32)
+    hidden = onehot @ code + 0.1 * rng.normal(size=onehot.shape[:2] + (TEACHER_HIDDEN,)).astype(np.float32)
+    return {"input_ids": windows.input_ids, "attention_mask": windows.attention_mask, "label_ids": windows.label_ids,
+            "logits": logits, "hidden": hidden}
+
+
+def per_epoch(arrays, batch_size):
+    """A per-epoch source: seed -> the examples shuffled in the order that seed gives, batched."""
+    examples = tf.data.Dataset.from_tensor_slices(arrays)
+    n = len(arrays["input_ids"])
+    return lambda seed: examples.shuffle(n, seed=seed, reshuffle_each_iteration=False).batch(batch_size)
+
+
+def run_staged(distribution, checkpoint, killer):
+    from xtremedistil_tf.students import build_bilstm_student
+    from xtremedistil_tf.training.staged import DistilConfig, make_dev_f1, train_student
+
+    tok, vocab = tokenizer(), TagVocab(TOY_LABELS)
+    splits = {"train": toy_ner_sentences(16, seed=11), "transfer": toy_ner_sentences(48, seed=12),
+              "dev": toy_ner_sentences(16, seed=13)}
+    windows = {name: encode(s, tok, vocab, MAX_LEN) for name, s in splits.items()}
+    data = {name: teacher_outputs(w, len(vocab), i) for i, (name, w) in enumerate(windows.items())}
+    data["transfer"]["label_ids"] = np.full_like(data["transfer"]["label_ids"], vocab.pad_id)
+    tf.keras.utils.set_random_seed(0)
+    with stateful_dropout(), scope(distribution):
+        student = build_bilstm_student(len(tok), len(vocab), embedding_dim=8, hidden=8, teacher_hidden=TEACHER_HIDDEN,
+                                       dropout=SPEC.get("dropout", 0.2))
+    config = DistilConfig(pad_id=vocab.pad_id, epochs_per_layer=SPEC.get("epochs", 2), patience=None,
+                          learning_rate=2e-2, run_eagerly=SPEC.get("eager", True), seed=3)
+    dev = tf.data.Dataset.from_tensor_slices(data["dev"]).batch(8)
+    position = checkpoint.position()
+    if position:  # epochs the checkpoint holds
+        killer.epoch = sum(len(s["val_losses"]) for s in position["history"]) + \
+            len((position["step"] or {}).get("values", []))
+    history = train_student(SPEC.get("strategy", "D4.2"), student, per_epoch(data["train"], 8),
+                            per_epoch(data["transfer"], 8), dev, config, callbacks=[killer],
+                            evaluate_fn=make_dev_f1(windows["dev"], [s.tags for s in splits["dev"]], vocab),
+                            checkpoint=checkpoint, distribution=distribution)
+    return student.get_weights(), {"history": history.to_dict()}
+
+
+def multigrained_stream(vocab, windows, seed):
+    """A made-up multi-grained cache: teacher logits, and as its 2-best paths the gold one twice
+    (always a path the CRF's constraints allow) with probabilities 0.7 and 0.2."""
+    data = teacher_outputs(windows, len(vocab), seed)
+    del data["hidden"]
+    second = windows.label_ids.copy()
+    data["kbest_tags"] = np.stack([windows.label_ids, second], axis=1).astype(np.int32)
+    data["kbest_probs"] = np.tile(np.array([0.7, 0.2], np.float32), (len(second), 1))
+    data["kbest_valid"] = np.ones((len(second), 2), np.float32)
+    return tf.data.Dataset.from_tensor_slices(data)
+
+
+def run_multigrained(distribution, checkpoint, killer):
+    from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, student_crf_constraints
+    from xtremedistil_tf.training import multigrained as mg
+
+    tok, vocab = tokenizer(), TagVocab(TOY_LABELS)
+    train = encode(toy_ner_sentences(32, seed=21), tok, vocab, MAX_LEN)
+    dev_sentences = toy_ner_sentences(16, seed=22)
+    dev = encode(dev_sentences, tok, vocab, MAX_LEN)
+    tf.keras.utils.set_random_seed(0)
+    with stateful_dropout(), scope(distribution):
+        student = build_bilstm_crf_student(len(tok), len(vocab), student_crf_constraints(vocab, "IOB2"),
+                                           embedding_dim=8, hidden=8, dropout=SPEC.get("dropout", 0.2))
+    config = mg.MultiGrainedConfig(losses=("hard", "seq_ce", "token_em"), kbest=2, epochs=SPEC.get("epochs", 4),
+                                   batch_size=8, learning_rate=1e-2, patience=None, seed=5,
+                                   run_eagerly=SPEC.get("eager", True))
+    position = checkpoint.position()
+    killer.epoch = len(position["epochs"]) if position else 0
+    # The custom loop has no Keras callbacks: count batches through the training step.
+    original = mg._run_epoch
+
+    def run_epoch(steps, batches, names, epoch):
+        killer.on_epoch_begin(epoch)
+        train_step = steps.train
+
+        def counted(batch, count=[0]):
+            out = train_step(batch)
+            count[0] += 1
+            killer._maybe_kill(count[0])
+            return out
+
+        steps.train = counted
+        try:
+            loss, means = original(steps, batches, names, epoch)
+        finally:
+            steps.train = train_step
+        killer.losses.append(loss)
+        return loss, means
+
+    mg._run_epoch = run_epoch
+    history = mg.train_multigrained(student, multigrained_stream(vocab, train, 1), mg.windows_dataset(dev), config,
+                                    vocab.pad_id, mg.make_crf_dev_f1(dev, [s.tags for s in dev_sentences], vocab),
+                                    checkpoint=checkpoint, distribution=distribution)
+    return student.get_weights(), {"history": history.to_dict()}
+
+
+def scope(distribution):
+    from xtremedistil_tf.training.distribute import scope_of
+
+    return scope_of(distribution)
+
+
+def main():
+    distribution = make_distribution(SPEC.get("distribution", "none"))
+    if distribution is not None:
+        print(f"replicas={distribution.num_replicas_in_sync}", flush=True)
+    checkpoint = EpochCheckpoint(SPEC.get("checkpoint_dir"))
+    killer = Killer(SPEC.get("kill_at"))
+    weights, record = {"staged": run_staged, "multigrained": run_multigrained}[SPEC["loop"]](distribution, checkpoint, killer)
+    record["epoch_losses"] = killer.losses
+    out = SPEC["out"]
+    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    if task.get("index", 0):
+        out = f"{out}.worker{task['index']}.npz"
+    np.savez(out, record=json.dumps(record), **{f"w{i}": w for i, w in enumerate(weights)})
+
+
+if __name__ == "__main__":
+    main()

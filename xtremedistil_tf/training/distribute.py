@@ -1,0 +1,99 @@
+"""tf.distribute for every training loop (`--distribution=none|mirrored|multi_worker`).
+
+- `none`: no strategy object at all; every loop runs exactly the code path it ran before
+  distribution existed (no scope, no per-replica values, no cross-replica reductions).
+- `mirrored`: `tf.distribute.MirroredStrategy` over this machine's GPUs, or over its logical CPU
+  devices when there is no GPU (tests split one CPU into two logical devices).
+- `multi_worker`: `tf.distribute.MultiWorkerMirroredStrategy`; the cluster and this process's
+  task come from the `TF_CONFIG` environment variable, as in TensorFlow's multi-worker guide.
+  Only the chief (worker 0) writes artifacts; the others write into scratch dirs.
+
+Batch sizes are global (TensorFlow's convention): each of R replicas gets batch/R examples of a
+step, so a run's steps per epoch and its learning-rate schedule do not depend on R. Losses of the
+custom loops are summed per replica and divided by the global batch's weight, which makes the
+summed gradients over replicas those of the single-device loss (`global_mean`).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import ContextManager, Optional
+
+import tensorflow as tf
+
+from xtremedistil_tf.errors import ConfigError
+
+DISTRIBUTIONS = ("none", "mirrored", "multi_worker")
+
+
+def make_distribution(name: str) -> Optional[tf.distribute.Strategy]:
+    """The strategy `--distribution=name` asks for (None for `none`). Must run before anything
+    else touches TensorFlow's devices when it is `multi_worker`."""
+    if name not in DISTRIBUTIONS:
+        raise ConfigError(f"--distribution={name!r}; expected one of {', '.join(DISTRIBUTIONS)}")
+    if name == "none":
+        return None
+    if name == "mirrored":
+        if tf.config.list_logical_devices("GPU"):
+            return tf.distribute.MirroredStrategy()
+        return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+    check_tf_config()
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def check_tf_config() -> dict:
+    """The parsed TF_CONFIG of a multi-worker run, or a ConfigError saying what is wrong with it."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        raise ConfigError("--distribution=multi_worker needs TF_CONFIG, e.g. "
+                          '{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", '
+                          '"index": 0}} (docs/scale.md)')
+    try:
+        config = json.loads(raw)
+        workers, task = config["cluster"]["worker"], config["task"]
+        if not isinstance(workers, list) or task["type"] not in ("worker", "chief") or int(task["index"]) < 0:
+            raise ValueError
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(f"TF_CONFIG={raw!r} is not a cluster with a worker list and this task's type and "
+                          "index (docs/scale.md)") from None
+    return config
+
+
+def scope_of(distribution: Optional[tf.distribute.Strategy]) -> ContextManager:
+    """`distribution.scope()`, or a context that does nothing without a strategy (`none`)."""
+    return distribution.scope() if distribution is not None else contextlib.nullcontext()
+
+
+def is_chief(distribution: Optional[tf.distribute.Strategy]) -> bool:
+    """Whether this process writes the run's artifacts: always without a multi-worker strategy,
+    else only worker 0 (or the task typed `chief`)."""
+    resolver = getattr(distribution, "cluster_resolver", None)
+    if resolver is None or not getattr(distribution.extended, "_in_multi_worker_mode", lambda: False)():
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    return task_type == "chief" or (task_type == "worker" and task_id == 0 and
+                                    "chief" not in resolver.cluster_spec().as_dict())
+
+
+def replicas(distribution: Optional[tf.distribute.Strategy]) -> int:
+    return 1 if distribution is None else distribution.num_replicas_in_sync
+
+
+def shard_by_data(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """`ds` with multi-worker auto-sharding by element (the teacher-output caches can have fewer
+    shard files than there are workers, which file sharding refuses). Each global batch is then
+    the one a single device would see, split over the replicas."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return ds.with_options(options)
+
+
+def worker_work_dir(work_dir, distribution: Optional[tf.distribute.Strategy]) -> str:
+    """Where this process writes: `work_dir` for the chief (and every run without multi_worker),
+    `<work_dir>.worker-<index>` for the other workers (TF's multi-worker guide: non-chief workers
+    save to their own paths). Each keeps its own epoch checkpoints, so a rerun resumes every
+    worker at the same epoch."""
+    if is_chief(distribution):
+        return str(work_dir)
+    return f"{work_dir}.worker-{distribution.cluster_resolver.task_id}"

@@ -1,0 +1,143 @@
+"""Exact resume of the training loops after a kill (`tf.train.CheckpointManager`).
+
+Every training loop (teacher fine-tuning, the staged student loop, multi-grained KD) saves at each
+epoch boundary, into one directory of the work dir:
+- the model (its weights, and the state of its dropout random generators: see `stateful_dropout`),
+- the optimizer(s) (slots, iteration count, so the learning-rate schedule continues; the dynamic
+  loss scale under mixed_float16), the uncertainty weights of multi-grained KD,
+- the best-so-far weights (`WeightsSlot`), and the position in the schedule as a JSON string
+  (stage, unfreeze step, epoch, best value, patience counter, the records of finished steps).
+A rerun of the same command reads the position (`EpochCheckpoint.position`), rebuilds the same
+objects, restores them and continues with the next epoch; work done after the last save is redone.
+
+What makes the continuation exact rather than merely close:
+- data order: each epoch's shuffle seed is `epoch_seed(seed, *position)`, a function of the run's
+  seed and where the epoch sits, never of how many iterators a dataset has already handed out;
+- dropout: layers built under `stateful_dropout()` draw from `tf.random.Generator`s, which
+  `reseed_dropout` resets at the start of every epoch from the epoch's seed (Keras' default, legacy
+  stateful random ops, keeps its state in kernels that neither a checkpoint nor a reseed reaches,
+  and Keras leaves the generators out of checkpoints on purpose).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+POSITION_KEY = "position/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def epoch_seed(seed: int, *position: int) -> int:
+    """A 31-bit shuffle seed determined by the run's seed and an epoch's position (e.g. stage,
+    step, epoch); neighbouring positions get unrelated seeds."""
+    return int(np.random.SeedSequence([int(seed), *map(int, position)]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+@contextlib.contextmanager
+def stateful_dropout() -> Iterator[None]:
+    """Build models whose dropout layers use `tf.random.Generator` (a checkpointable state variable).
+
+    Keras' switch is global and read when a layer is constructed; it is restored afterwards."""
+    backend = tf.keras.backend.experimental
+    was = backend.is_tf_random_generator_enabled()
+    backend.enable_tf_random_generator()
+    try:
+        yield
+    finally:
+        if not was:
+            backend.disable_tf_random_generator()
+
+
+def dropout_generators(model) -> List[tf.random.Generator]:
+    """The random generators of every layer of `model` (nested ones included), in layer order."""
+    generators = []
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        generator = getattr(getattr(layer, "_random_generator", None), "_generator", None)
+        if generator is not None:
+            generators.append(generator)
+    return generators
+
+
+def reseed_epoch(models, seed: int) -> None:
+    """Make an epoch's randomness a function of `seed` alone: Python, NumPy and TF global seeds,
+    and each dropout generator of `models` (generator i gets its own stream)."""
+    tf.keras.utils.set_random_seed(seed)
+    generators = [g for model in models for g in dropout_generators(model)]
+    for index, generator in enumerate(generators):
+        generator.reset_from_seed(epoch_seed(seed, index))
+
+
+class WeightsSlot(tf.Module):
+    """A checkpointable copy of a model's weights (the best-so-far weights of a loop)."""
+
+    def __init__(self, weights: List[np.ndarray]):
+        super().__init__(name="best_weights")
+        self.values = [tf.Variable(w, trainable=False) for w in weights]
+
+    def assign(self, weights: List[np.ndarray]) -> None:
+        for variable, value in zip(self.values, weights):
+            variable.assign(value)
+
+    def numpy(self) -> List[np.ndarray]:
+        return [v.numpy() for v in self.values]
+
+
+class EpochCheckpoint:
+    """A CheckpointManager over `directory` (None: a no-op, nothing saved or restored).
+
+    `save(objects, position)` writes `objects` (name -> trackable: models, optimizers, WeightsSlots)
+    and the JSON-able `position`; `position()` reads the latest position without restoring anything,
+    so the caller can rebuild the objects that belong to it; `restore(objects)` then loads them.
+    Only the latest checkpoint is kept; a save is complete or absent (the manager updates its
+    index file after the data are written)."""
+
+    def __init__(self, directory, keep: int = 1):
+        self.directory = None if directory is None else Path(directory)
+        self.keep = keep
+        self._position = tf.Variable("", dtype=tf.string, trainable=False)
+
+    @property
+    def enabled(self) -> bool:
+        return self.directory is not None
+
+    def latest(self) -> Optional[str]:
+        return tf.train.latest_checkpoint(str(self.directory)) if self.enabled and self.directory.exists() else None
+
+    def position(self) -> Optional[dict]:
+        path = self.latest()
+        if path is None:
+            return None
+        return json.loads(tf.train.load_checkpoint(path).get_tensor(POSITION_KEY).decode())
+
+    def restore(self, objects: Dict[str, object]) -> None:
+        path = self.latest()
+        # expect_partial: a checkpoint of a step boundary holds no optimizer.
+        tf.train.Checkpoint(position=self._position, **objects).restore(path).expect_partial()
+        log.info("resumed from %s at %s", path, self._position.numpy().decode())
+
+    def save(self, objects: Dict[str, object], position: dict) -> None:
+        if not self.enabled:
+            return
+        self._position.assign(json.dumps(position, sort_keys=True))
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(position=self._position, **objects),
+                                             str(self.directory), max_to_keep=self.keep)
+        manager.save(checkpoint_number=self._next_number(self.directory))
+
+    @staticmethod
+    def _next_number(directory: Path) -> int:
+        # Every save gets a new name: a kill during a save leaves the previous checkpoint whole.
+        latest = tf.train.latest_checkpoint(str(directory)) if directory.exists() else None
+        return 1 + (int(latest.rsplit("-", 1)[1]) if latest else 0)
+
+    def clear(self) -> None:
+        """Remove the checkpoints once the loop's artifact is safely written."""
+        if self.enabled:
+            shutil.rmtree(self.directory, ignore_errors=True)

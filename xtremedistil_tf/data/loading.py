@@ -7,6 +7,7 @@ the seed. The test split is only ever scored, never used for selection.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -42,9 +43,17 @@ class DataConfig:
     max_train_sentences: int = 0
     max_eval_sentences: int = 0
     seed: int = 0
+    # "tfds:<name>/<config>" (e.g. tfds:wikiann/en, tfds:conll2003): the labeled splits come from
+    # TensorFlow Datasets' own builder instead of files (data/tfds_builders.py, load_tfds_splits).
+    source: str = ""
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The settings that make the data; `source` only when set, so work dirs made before it
+        existed keep their fingerprint."""
+        fields = asdict(self)
+        if not fields["source"]:
+            del fields["source"]
+        return fields
 
     @property
     def task(self) -> str:
@@ -59,7 +68,14 @@ def _path(cfg: DataConfig, name: str) -> Path:
 
 def check_data_config(cfg: DataConfig) -> None:
     """Flag combinations that cannot work, found before any file is read."""
-    if cfg.format == "wikiann" and not cfg.langs:
+    if cfg.source:
+        from xtremedistil_tf.data.tfds_builders import parse_data_source
+
+        parse_data_source(cfg.source)
+        if cfg.format in CLASSIFICATION_FORMATS:
+            raise ConfigError(f"--data_source={cfg.source} reads tagged sentences; it does not go with "
+                              f"--data_format={cfg.format}")
+    elif cfg.format == "wikiann" and not cfg.langs:
         raise ConfigError("--data_format=wikiann needs --langs (e.g. en,de)")
     for name in ("max_train_sentences", "max_eval_sentences"):
         if getattr(cfg, name) < 0:
@@ -85,7 +101,17 @@ def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
     checked: a rare label that the split put only in dev is not the user's doing.
     """
     check_data_config(cfg)
-    if cfg.format == "demo":
+    if cfg.source:
+        from xtremedistil_tf.data.tfds_builders import load_tfds_splits
+
+        # TFDS_DATA_DIR (TFDS's own variable) says where prepared datasets live.
+        splits = load_tfds_splits(cfg.source, data_dir=os.environ.get("TFDS_DATA_DIR"),
+                                  manual_dir=cfg.data_dir or None)
+        train, test = splits["train"], splits["test"]
+        dev = splits["dev"] if splits["dev"] else None
+        if dev is None:
+            train, dev = holdout_split(train, cfg.dev_fraction, cfg.seed)
+    elif cfg.format == "demo":
         train, dev, test = split_train_dev_test(read_demo(), cfg.dev_fraction, cfg.test_fraction, cfg.seed)
     else:
         train = _read_labeled(cfg, cfg.train_file, "train")
@@ -98,7 +124,7 @@ def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
     dev = first_per_language(dev, cfg.max_eval_sentences)
     test = first_per_language(test, cfg.max_eval_sentences)
     for split, sentences, name in (("dev", dev, cfg.dev_file), ("test", test, cfg.test_file)):
-        if cfg.format == "wikiann" or (name and cfg.format != "demo"):
+        if cfg.source or cfg.format == "wikiann" or (name and cfg.format != "demo"):
             _check_labels_known(cfg, train, split, sentences)
     transfer = (read_unlabeled(_path(cfg, cfg.transfer_file), char_level=cfg.transfer_char_level)
                 if cfg.transfer_file else [])
@@ -117,7 +143,8 @@ def _check_labels_known(cfg: DataConfig, train: List[Sentence], split: str, sent
     known = set(_labels(cfg, train).values())
     unknown = sorted(label for label, learnt in _labels(cfg, sentences).items() if learnt not in known)
     if unknown:
-        source = (f"the {split} files of --langs={','.join(cfg.langs)}" if cfg.format == "wikiann"
+        source = (f"the {split} split of --data_source={cfg.source}" if cfg.source
+                  else f"the {split} files of --langs={','.join(cfg.langs)}" if cfg.format == "wikiann"
                   else f"--{split}_file={getattr(cfg, split + '_file')}")
         cap = f" (its first --max_train_sentences={cfg.max_train_sentences})" if cfg.max_train_sentences else ""
         raise ConfigError(f"{source}: labels that the training data{cap} lacks, so the teacher cannot learn them: "

@@ -401,3 +401,83 @@ def load_sentences(name: str, split: str, manual_dir: PathLike, data_dir: PathLi
                         download_and_prepare_kwargs={
                             "download_config": tfds.download.DownloadConfig(manual_dir=str(manual_dir))})
     return [example_to_sentence(example, builder.LABELED) for example in tfds.as_numpy(dataset)]
+
+
+# ---------------------------------------------------------------- TFDS's own builders (--data_source)
+
+TFDS_PREFIX = "tfds:"
+# Our split -> the names TFDS builders give it (wikiann: validation; conll2003: dev).
+TFDS_SPLITS = {"train": ("train",), "dev": ("validation", "dev"), "test": ("test",)}
+# The tag feature of a TFDS NER builder (wikiann: tags; conll2003: ner; ours: tags).
+TAG_FEATURES = ("tags", "ner")
+
+
+def parse_data_source(source: str) -> str:
+    """"tfds:<name>[/<config>]" -> "<name>[/<config>]", or a ConfigError saying what is expected."""
+    spec = source[len(TFDS_PREFIX):] if source.startswith(TFDS_PREFIX) else ""
+    if not re.fullmatch(r"[a-z0-9_]+(/[\w.+-]+)?(:[\d.]+)?", spec):
+        raise ConfigError(f"--data_source={source!r}; expected tfds:<dataset>[/<config>], e.g. tfds:wikiann/en or "
+                          "tfds:conll2003")
+    return spec
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:300]}"
+
+
+def tfds_builder(source: str, data_dir: Optional[PathLike] = None, manual_dir: Optional[PathLike] = None):
+    """TFDS's builder for `--data_source=tfds:<name>/<config>`, prepared (downloaded on first use;
+    `manual_dir` for builders that read local files, ours included). Any failure to have the
+    dataset -- an unknown name, no network, a refused download -- is one ConfigError line."""
+    spec = parse_data_source(source)
+    try:
+        builder = tfds.builder(spec, data_dir=None if data_dir is None else str(data_dir))
+    except Exception as e:  # noqa: BLE001  (TFDS raises several types for a name it cannot build)
+        raise ConfigError(f"--data_source={source}: TFDS cannot build {spec!r} ({_one_line(e)})") from None
+    config = tfds.download.DownloadConfig(manual_dir=None if manual_dir is None else str(manual_dir))
+    try:
+        builder.download_and_prepare(download_config=config)
+    except Exception as e:  # noqa: BLE001  (network, checksum and manual-dir errors alike)
+        raise ConfigError(f"--data_source={source}: the dataset could not be downloaded or prepared "
+                          f"({_one_line(e)}); without internet read local files with --data_format "
+                          "(docs/data.md)") from None
+    return builder
+
+
+def tfds_split_sentences(builder, split: str) -> List[Sentence]:
+    """A split of a prepared NER builder as Sentences: `tokens`, tags from `tags` or `ner`
+    (ClassLabel ids -> their names, or text), the language from `langs` (wikiann) or `lang`."""
+    features = builder.info.features
+    tag_key = next((k for k in TAG_FEATURES if k in features), None)
+    if "tokens" not in features or tag_key is None:
+        raise ConfigError(f"TFDS dataset {builder.name} has features {sorted(features)}; --data_source needs "
+                          f"tokens and one of {TAG_FEATURES}")
+    names = getattr(features[tag_key].feature, "names", None)
+    sentences = []
+    for index, example in enumerate(tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False))):
+        tags = [names[int(t)] if names else t.decode("utf-8") for t in example[tag_key]]
+        if len(tags) != len(example["tokens"]):
+            raise ConfigError(f"TFDS {builder.name} split {split} example {index}: {len(example['tokens'])} tokens "
+                              f"but {len(tags)} {tag_key}; expected one tag per token")
+        langs = example.get("langs")
+        lang = langs[0].decode("utf-8") if langs is not None and len(langs) else \
+            (example["lang"].decode("utf-8") or None) if "lang" in example else None
+        sentences.append(Sentence([t.decode("utf-8") for t in example["tokens"]], tags, lang))
+    return sentences
+
+
+def load_tfds_splits(source: str, data_dir: Optional[PathLike] = None,
+                     manual_dir: Optional[PathLike] = None) -> Dict[str, List[Sentence]]:
+    """{"train", "dev", "test": sentences} of `--data_source=tfds:...`; a split the dataset lacks
+    is empty (load_splits holds dev out of train then)."""
+    builder = tfds_builder(source, data_dir, manual_dir)
+    # A builder without recorded splits (tfds.testing.mock_data's) is read by the first names.
+    have = set(builder.info.splits) or {theirs[0] for theirs in TFDS_SPLITS.values()}
+    splits = {}
+    for ours, theirs in TFDS_SPLITS.items():
+        name = next((n for n in theirs if n in have), None)
+        splits[ours] = tfds_split_sentences(builder, name) if name else []
+    if not splits["train"]:
+        raise ConfigError(f"--data_source={source}: the dataset has no train split (it has {sorted(have)})")
+    return splits

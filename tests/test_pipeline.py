@@ -157,6 +157,18 @@ def test_tensorboard_logs_every_training_step(finished_run):
     assert all(0 < v <= cfg.student.learning_rate for _, v in student["learning_rate"])
 
 
+def test_student_fingerprint_keeps_heads_on_only_where_it_changes_the_student():
+    """The default (and CRF students, which have no such heads) leave it out, so work dirs made
+    before --student_heads_on existed still match; "states" makes another student."""
+    from dataclasses import replace
+
+    xd = StudentConfig()
+    assert "heads_on" not in pipeline.student_fingerprint(xd)
+    assert pipeline.student_fingerprint(replace(xd, heads_on="states"))["heads_on"] == "states"
+    mg = StudentConfig(method="multigrained")
+    assert pipeline.student_fingerprint(mg) == pipeline.student_fingerprint(replace(mg, heads_on="states"))
+
+
 def test_student_fingerprint_ignores_what_the_method_does_not_read():
     from dataclasses import replace
 

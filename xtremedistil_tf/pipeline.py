@@ -262,11 +262,16 @@ MULTIGRAINED_FIELDS = ("losses", "loss_weighting", "kbest", "epochs", "use_unlab
 
 def student_fingerprint(sc: StudentConfig) -> dict:
     """The settings that make a student: an XtremeDistil student leaves out the multi-grained
-    fields (so their defaults can change without refusing its work dirs), and the loss terms are
+    fields (so their defaults can change without refusing its work dirs), a CRF student or the
+    default leaves out heads_on, and the loss terms are
     listed in one canonical order (their order does not change the loss)."""
     from xtremedistil_tf.training.multigrained import LOSSES
 
     fields = asdict(sc)
+    # heads_on is left out where it has no effect (CRF students) or keeps its default, so work
+    # dirs made before it existed still match.
+    if sc.method == "multigrained" or sc.heads_on == "projection":
+        del fields["heads_on"]
     if sc.method != "multigrained":
         return {k: v for k, v in fields.items() if k not in MULTIGRAINED_FIELDS}
     fields["losses"] = sorted(fields["losses"], key=lambda n: LOSSES.index(n) if n in LOSSES else len(LOSSES))

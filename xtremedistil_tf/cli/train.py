@@ -82,6 +82,10 @@ flags.DEFINE_integer("student_ffn", 960, "Transformer student: feed-forward size
 flags.DEFINE_enum("student_embeddings", "svd", ["svd", "random", "teacher"],
                   "Word-embedding init: SVD of the teacher's embeddings to E dims, random, or the teacher's, frozen.")
 flags.DEFINE_float("student_dropout", 0.2, "Student dropout.")
+flags.DEFINE_enum("student_heads_on", "projection", ["projection", "states"],
+                  "What the XtremeDistil student's logits and softmax heads read: the GELU projection (the "
+                  "authors' code) or the BiLSTM/encoder states (the paper's equations; the projection is then "
+                  "training-only and left out of the served graph). docs/students.md.")
 flags.DEFINE_enum("strategy", "D4.2", ["D0", "D0-S", "D1", "D2", "D3.1", "D3.2", "D4.1", "D4.2"],
                   "Distillation strategy (XtremeDistil Table 3).")
 flags.DEFINE_integer("epochs_per_layer", 10, "Epochs per unfreezing step (best epoch by dev loss is kept).")
@@ -203,7 +207,8 @@ def config_from_flags():
         kbest=FLAGS.kbest, epochs=FLAGS.student_epochs, use_unlabeled=FLAGS.use_unlabeled,
         architecture=FLAGS.student_architecture, embedding_dim=FLAGS.student_embedding_dim,
         hidden=FLAGS.student_hidden, depth=FLAGS.student_depth, heads=FLAGS.student_heads, ffn=FLAGS.student_ffn,
-        embeddings=FLAGS.student_embeddings, dropout=FLAGS.student_dropout, strategy=FLAGS.strategy,
+        embeddings=FLAGS.student_embeddings, dropout=FLAGS.student_dropout, heads_on=FLAGS.student_heads_on,
+        strategy=FLAGS.strategy,
         epochs_per_layer=FLAGS.epochs_per_layer, patience=FLAGS.student_patience,
         batch_size=FLAGS.student_batch_size, learning_rate=FLAGS.student_learning_rate,
         representation_loss=FLAGS.representation_loss, alpha=FLAGS.alpha, beta=FLAGS.beta, gamma=FLAGS.gamma,

@@ -39,7 +39,7 @@ def build_classifier_student(cfg: StudentConfig, teacher) -> tf.keras.Model:
     return build_bilstm_classifier(
         vocab_size=matrix.shape[0], num_classes=len(teacher.tag_vocab), hidden=cfg.hidden, dropout=cfg.dropout,
         embedding_dim=matrix.shape[1] if cfg.embeddings == "teacher" else cfg.embedding_dim,
-        teacher_hidden=teacher.hidden_size, embeddings=embeddings, freeze_embeddings=frozen)
+        teacher_hidden=teacher.hidden_size, embeddings=embeddings, freeze_embeddings=frozen, heads_on=cfg.heads_on)
 
 
 def predict_classes(student: tf.keras.Model, arrays, head: str = "softmax", batch_size: int = 64) -> np.ndarray:

@@ -44,6 +44,7 @@ class StudentConfig:
     ffn: int = 960
     embeddings: str = "svd"          # svd (of the teacher's word embeddings) | random | teacher (frozen)
     dropout: float = 0.2
+    heads_on: str = "projection"     # XtremeDistil students: what logits and softmax read (students.models)
     strategy: str = "D4.2"
     epochs_per_layer: int = 10
     patience: int = 3
@@ -93,7 +94,7 @@ def build_student(cfg: StudentConfig, teacher, scheme: str) -> tf.keras.Model:
         if cfg.architecture == "bilstm":
             return build_bilstm_crf_student(hidden=cfg.hidden, **common)
         return build_transformer_crf_student(**transformer, **common)
-    common["teacher_hidden"] = teacher.hidden_size
+    common.update(teacher_hidden=teacher.hidden_size, heads_on=cfg.heads_on)
     if cfg.architecture == "bilstm":
         return build_bilstm_student(hidden=cfg.hidden, **common)
     return build_transformer_student(**transformer, **common)

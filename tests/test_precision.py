@@ -78,7 +78,8 @@ def test_staged_loop_scales_the_loss_under_float16(policy, tiny_tokenizer):
                                 _config(toy, epochs_per_layer=2), callbacks=[Optimizers()])
     step = history.steps[0]
     assert np.isfinite(step.val_losses).all() and step.best_val_loss < step.initial_val_loss
-    assert seen == [policy == "mixed_float16"]
+    # The staged loop fits one epoch at a time (exact resume): one train_begin per epoch.
+    assert seen == [policy == "mixed_float16"] * 2
     assert student.get_layer("probs").compute_dtype == "float32"
 
 

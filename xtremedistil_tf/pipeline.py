@@ -139,6 +139,9 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
         path, random_init = _teacher_source(work, cfg, splits)
         labels = read_json(work.path("data") / "labels.json")
         overrides = tc.config_overrides if tc.name != RANDOM_ALIAS else {}
+        import tensorflow as tf
+
+        tf.keras.utils.set_random_seed(tc.finetune.seed)  # a random head (or teacher) is the same every run
         with scope_of(distribution), stateful_dropout():
             teacher, tokenizer = _build_teacher(cfg, path, labels, random_init, overrides)
         teacher.check_layer(tc.layer)  # before fine-tuning, not after it

@@ -388,6 +388,8 @@ def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfe
                 log.info("%s stage %d (%s) +%s: dev loss %.4g -> %.4g (epoch %s), dev F1 %s",
                          strategy.name, stage_index, stage.name, "+".join(new), tracker.baseline, tracker.best,
                          tracker.best_epoch, f1)
+        if resume:  # every step had finished: the checkpoint holds the final student
+            checkpoint.restore({"student": student})
     finally:
         _set_trainable(student, [layer.name for layer in student.layers if layer.name not in entry_frozen])
     return history

@@ -20,7 +20,7 @@ def drive(tmp_path: Path, name: str, **spec) -> subprocess.CompletedProcess:
     spec = {"out": str(tmp_path / f"{name}.npz"), **spec}
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(spec))
-    return subprocess.run([sys.executable, str(DRIVER), str(path)], capture_output=True, text=True, timeout=900)
+    return subprocess.run([sys.executable, str(DRIVER), str(path)], capture_output=True, text=True, timeout=3600)
 
 
 def result(tmp_path: Path, name: str):

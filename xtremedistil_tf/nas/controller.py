@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf.io import atomic_write_json, read_json
 from xtremedistil_tf.nas.space import Arch, SearchSpace
 
 
@@ -92,10 +93,11 @@ class Controller:
         tmp = path.with_name(path.name + ".tmp.weights.h5")
         self.model.save_weights(str(tmp))
         os.replace(tmp, path)
-        np.save(str(path) + ".scale.npy", np.array([self.reward_mean, self.reward_std]))
+        atomic_write_json(str(path) + ".scale.json", {"mean": self.reward_mean, "std": self.reward_std})
 
     def load(self, path) -> None:
         self.model.load_weights(str(path))
-        scale_file = Path(str(path) + ".scale.npy")
+        scale_file = Path(str(path) + ".scale.json")
         if scale_file.exists():
-            self.reward_mean, self.reward_std = (float(v) for v in np.load(scale_file))
+            scale = read_json(scale_file)
+            self.reward_mean, self.reward_std = float(scale["mean"]), float(scale["std"])

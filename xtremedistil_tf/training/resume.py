@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import random
 import shutil
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
@@ -67,9 +68,13 @@ def dropout_generators(model) -> List[tf.random.Generator]:
 
 
 def reseed_epoch(models, seed: int) -> None:
-    """Make an epoch's randomness a function of `seed` alone: Python, NumPy and TF global seeds,
-    and each dropout generator of `models` (generator i gets its own stream)."""
-    tf.keras.utils.set_random_seed(seed)
+    """Make an epoch's randomness a function of `seed` alone: the Python and NumPy seeds, and each
+    dropout generator of `models` (generator i gets its own stream)."""
+    # Not tf.random.set_seed: in eager mode it clears the kernel cache, so every compiled
+    # tf.function is instantiated and optimised again at its next call (1-3 s per function per
+    # epoch), and legacy stateful random ops restart their streams (the same masks every epoch).
+    random.seed(seed)
+    np.random.seed(seed)
     generators = [g for model in models for g in dropout_generators(model)]
     for index, generator in enumerate(generators):
         generator.reset_from_seed(epoch_seed(seed, index))

@@ -14,9 +14,9 @@ a student exported with `bin/export --prune_vocab`).
 
 Each student is timed in three served graphs, all without the training-only heads: `keras`, the
 Keras sub-model to `probs` that bin/export serves (export.student.served_model); `fused`
-(`fused_inference_model`, under XLA), whose BiLSTM runs both directions in one batched matmul
-per step, unrolled over the fixed query length, with the input matmul hoisted out of the
-recurrence; and `block`, whose BiLSTM is TensorFlow's fused LSTM kernel (BlockBiLSTM).
+(`fused_inference_model`, under XLA), whose BiLSTM is unrolled over the fixed query length, with
+the input matmul hoisted out of the recurrence and no mask in it (FusedBiLSTM); and `block`, whose
+BiLSTM is TensorFlow's fused LSTM kernel (BlockBiLSTM).
 """
 from __future__ import annotations
 
@@ -114,34 +114,35 @@ def parse_students(spec: str) -> List[Tuple[int, int]]:
 class FusedBiLSTM(BlockBiLSTM):
     """Inference-only BiLSTM over a fixed length with Keras LSTM weights (gates i, f, c, o), for XLA.
 
-    The input matmul of all steps and both directions is one large matmul; the two directions
-    share each step's batched recurrent matmul (T sequential steps instead of 2T); the
-    Python-unrolled steps let XLA fuse the gate arithmetic. Masked positions keep the previous
-    state, as Keras' masked LSTM does, so right-padded batches give the same outputs at real
-    positions. Weights as BlockBiLSTM (students.layers), whose kernel has no XLA version.
+    Per direction, the input matmul of all steps is one large matmul, and the recurrence is
+    Python-unrolled over the fixed query length, so XLA fuses each step's gate arithmetic around a
+    plain 2-D matmul. The backward direction runs over each row's real pieces reversed (as in
+    BlockBiLSTM), so the recurrence needs no mask. Both alternatives measured slower under XLA on
+    CPU at batch 32 (docs/benchmarks.md): one batched matmul for both directions (1.4x) and
+    masking each step (1.3x). Weights as BlockBiLSTM (students.layers), whose kernel has no XLA version.
     """
 
     def call(self, inputs, mask=None):
-        steps = inputs.shape[1]
-        if steps is None:
+        if inputs.shape[1] is None:
             raise ValueError("FusedBiLSTM unrolls over a fixed length: give the input a static time dimension")
-        # [2, B, T, 4H]: both directions' input projections at once; the backward one reversed in time.
-        projected = tf.einsum("btd,kdg->kbtg", inputs, self.kernel) + self.bias[:, :, None, :]
-        keep = tf.ones_like(inputs[..., :1]) if mask is None else tf.cast(mask, inputs.dtype)[..., None]
-        batch = tf.shape(inputs)[0]
-        h = c = tf.zeros(tf.stack([2, batch, self.units]), inputs.dtype)
-        forward, backward = [], []
-        for t in range(steps):
-            z = tf.stack([projected[0, :, t], projected[1, :, steps - 1 - t]]) + tf.matmul(h, self.recurrent_kernel)
-            i, f, g, o = tf.split(z, 4, axis=-1)
-            new_c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
-            new_h = tf.sigmoid(o) * tf.tanh(new_c)
-            m = tf.stack([keep[:, t], keep[:, steps - 1 - t]])
-            c, h = m * new_c + (1 - m) * c, m * new_h + (1 - m) * h
-            forward.append(h[0])
-            backward.append(h[1])
-        return tf.concat([tf.stack(forward, axis=1), tf.stack(backward[::-1], axis=1)], axis=-1)
+        lengths = self.row_lengths(inputs, mask)
 
+        def reverse(x):
+            return tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
+
+        return tf.concat([self._direction(0, inputs), reverse(self._direction(1, reverse(inputs)))], axis=-1)
+
+    def _direction(self, k: int, inputs):
+        """The states [B, T, H] of direction k over `inputs` [B, T, D] from zero states."""
+        projected = tf.einsum("btd,dg->tbg", inputs, self.kernel[k]) + self.bias[k]  # [T, B, 4H]
+        h = c = tf.zeros(tf.stack([tf.shape(inputs)[0], self.units]), inputs.dtype)
+        states = []
+        for t in range(inputs.shape[1]):
+            i, f, g, o = tf.split(projected[t] + tf.matmul(h, self.recurrent_kernel[k]), 4, axis=-1)
+            c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+            h = tf.sigmoid(o) * tf.tanh(c)
+            states.append(h)
+        return tf.stack(states, axis=1)
 
 
 def fused_inference_model(student: tf.keras.Model, seq_length: int, bilstm_class=None) -> tf.keras.Model:

@@ -108,10 +108,16 @@ class BlockBiLSTM(tf.keras.layers.Layer):
         self.set_weights([np.stack([fw_kernel, bw_kernel]), np.stack([fw_recurrent, bw_recurrent]),
                           np.stack([fw_bias, bw_bias])[:, None, :]])
 
+    @staticmethod
+    def row_lengths(inputs, mask=None):
+        """Real positions per row [B] int32 of right-padded inputs [B, T, ...] (all T without a mask)."""
+        if mask is None:
+            return tf.fill(tf.shape(inputs)[:1], tf.shape(inputs)[1])
+        return tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+
     def call(self, inputs, mask=None):
         batch, steps = tf.shape(inputs)[0], tf.shape(inputs)[1]
-        lengths = (tf.fill([batch], steps) if mask is None
-                   else tf.reduce_sum(tf.cast(mask, tf.int32), axis=1))
+        lengths = self.row_lengths(inputs, mask)
         time_major = tf.transpose(inputs, [1, 0, 2])
         zeros = tf.zeros(tf.stack([batch, self.units]), inputs.dtype)
         peephole = tf.zeros([self.units], inputs.dtype)

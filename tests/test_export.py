@@ -13,6 +13,7 @@ from conftest import REPO, TOY_LABELS, toy_ner_sentences
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode, word_pieces
 from xtremedistil_tf.data.schemes import spans_to_tags, tags_to_spans
 from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export.predictor import load_serving_fn, predict
 from xtremedistil_tf.export.serving import NerServing, decode_spans, export_student, tag_tables
 from xtremedistil_tf.export.student import StudentMeta, read_vocab, write_student_dir
@@ -199,8 +200,10 @@ def test_graph_span_decoding_matches_tags_to_spans(scheme):
     assert got == expected
 
 
-def test_crf_student_decodes_with_viterbi(tiny_tokenizer, tiny_tokenizer_dir):
-    """decoder "crf": Viterbi over the `crf` layer's potentials and transitions, not the argmax."""
+@pytest.mark.parametrize("xla_lengths", [(), (8,)])
+def test_crf_student_decodes_with_viterbi(tiny_tokenizer, tiny_tokenizer_dir, xla_lengths):
+    """decoder "crf": Viterbi over the `crf` layer's potentials and transitions, not the argmax
+    (also with the unrolled BiLSTM under XLA)."""
     from xtremedistil_tf.crf.layer import CRF
 
     tf.keras.utils.set_random_seed(2)
@@ -211,7 +214,8 @@ def test_crf_student_decodes_with_viterbi(tiny_tokenizer, tiny_tokenizer_dir):
     model = tf.keras.Model(base.inputs, {**base.output, "potentials": potentials})
     # Sticky transitions: Viterbi keeps one tag along the sequence where the argmax would not.
     crf.raw_transitions.assign(10.0 * np.eye(len(TAG_VOCAB), dtype=np.float32))
-    serving = NerServing(model, StudentMeta(TOY_LABELS, decoder="crf"), read_vocab(tiny_tokenizer_dir / "vocab.txt"))
+    serving = NerServing(model, StudentMeta(TOY_LABELS, decoder="crf"), read_vocab(tiny_tokenizer_dir / "vocab.txt"),
+                         xla_lengths=xla_lengths)
     ids = np.array([[2, 70, 45, 60, 3, 0], [2, 50, 3, 0, 0, 0]], np.int32)
     mask = (np.arange(6) < np.array([[5], [3]])).astype(np.int32)
     out = serving.ids(ids, mask)
@@ -277,6 +281,40 @@ def test_pruned_vocabulary_serves_its_corpus_unchanged(student, tmp_path):
     counts = piece_counts(["john was"], vocab, lower_case=True)
     kept = {vocab[i] for i in kept_piece_ids(counts, vocab, keep_characters=False)}
     assert kept == {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "john", "was"}
+
+
+def _xla_compiled_functions(concrete) -> int:
+    return sum(f.attr["_XlaMustCompile"].b for f in concrete.graph.as_graph_def().library.function)
+
+
+def test_xla_lengths_serve_what_the_fused_kernel_serves(student, exported, tmp_path):
+    """--xla_lengths: windows up to 8 or 16 pieces run the unrolled BiLSTM under XLA (padded to the
+    bucket), longer ones the fused kernel; every text gets the default export's tags and spans."""
+    target, module = export_student(student[1], tmp_path, xla_lengths=[16, 8])
+    assert _xla_compiled_functions(module.serve.get_concrete_function()) == 2
+    assert _xla_compiled_functions(NerServing.from_student_dir(student[1]).serve.get_concrete_function()) == 0
+    xla, plain = (tf.saved_model.load(str(d)).signatures for d in (target, exported))
+    # Windows of 7, 2, 12 (Cyrillic splits into characters) and > 16 pieces: both buckets and the fallback.
+    for texts in (TEXTS[:1], TEXTS[1:2], TEXTS[2:3], TEXTS):
+        got, expected = xla["serving_default"](text=tf.constant(texts)), plain["serving_default"](text=tf.constant(texts))
+        for key, value in expected.items():
+            if value.dtype == tf.float32:
+                np.testing.assert_allclose(got[key].numpy(), value.numpy(), atol=1e-5, err_msg=key)
+            else:
+                np.testing.assert_array_equal(got[key].numpy(), value.numpy(), err_msg=key)
+    ids, mask = tf.constant([[2, 70, 45, 3], [2, 50, 3, 0]]), tf.constant([[1, 1, 1, 1], [1, 1, 1, 0]])
+    np.testing.assert_allclose(xla["ids"](input_ids=ids, attention_mask=mask)["probs"].numpy(),
+                               plain["ids"](input_ids=ids, attention_mask=mask)["probs"].numpy(), atol=1e-5)
+
+
+def test_xla_lengths_errors(student, tiny_tokenizer, tiny_tokenizer_dir):
+    model = build_transformer_student(tiny_tokenizer.vocab_size, len(TAG_VOCAB), embedding_dim=8, depth=1,
+                                      heads=2, ffn=8, teacher_hidden=8, max_length=8, dropout=0.0)
+    config = StudentMeta(TOY_LABELS, architecture="transformer", max_seq_length=8)
+    with pytest.raises(ConfigError, match="BiLSTM students unrolled; this student is a transformer"):
+        NerServing(model, config, read_vocab(tiny_tokenizer_dir / "vocab.txt"), xla_lengths=[8])
+    with pytest.raises(ConfigError, match=r"window lengths >= 2.*\[1, 8\]"):
+        NerServing.from_student_dir(student[1], xla_lengths=[1, 8])
 
 
 def test_prune_corpus_errors_name_file_and_line(tmp_path):

@@ -14,12 +14,13 @@ TINY_TEACHER = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 1, "nu
                 "intermediate_size": 32}
 
 
-@pytest.mark.parametrize("bilstm_class", [latency.FusedBiLSTM, latency.BlockBiLSTM])
-def test_inference_bilstms_match_keras_student(bilstm_class):
+@pytest.mark.parametrize("unroll", [True, False])
+def test_inference_bilstms_match_keras_student(unroll):
     """The served graphs give the trained student's probs at real positions, padded rows of
-    different lengths included (BlockBiLSTM runs the backward direction over reversed real pieces)."""
+    different lengths included (BlockBiLSTM runs the backward direction over reversed real pieces),
+    on the fused kernel and unrolled."""
     student = build_bilstm_student(64, 11, embedding_dim=8, hidden=6, teacher_hidden=16)
-    served = latency.fused_inference_model(student, seq_length=7, bilstm_class=bilstm_class)
+    served = latency.fused_inference_model(student, seq_length=7, unroll=unroll)
     rng = np.random.default_rng(0)
     ids = rng.integers(5, 64, (3, 7)).astype(np.int32)
     mask = np.ones_like(ids)

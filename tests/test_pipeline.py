@@ -117,6 +117,13 @@ def test_multigrained_method_runs_end_to_end(tmp_path, toy_corpus, tiny_bert_dir
     cfg.teacher.head = "crf"
     cfg.teacher.dropout = cfg.teacher.embedding_dropout = 0.0
     cfg.transfer.kbest = 3
+    # First teacher-only (bin/train --nostudent): no teacher outputs are cached for a student that never comes.
+    cfg.student = None
+    metrics = pipeline.run(cfg)
+    assert "transfer" not in metrics and "student" not in metrics
+    assert not os.path.exists(os.path.join(cfg.work_dir, "transfer"))
+    assert "teacher outputs" not in pipeline.summary_table(cfg.work_dir, metrics)
+    # Then the same work dir distils: the teacher is reused, the outputs are cached now.
     cfg.student = StudentConfig(method="multigrained", embedding_dim=16, hidden=16, kbest=3, epochs=6,
                                 batch_size=16, learning_rate=2e-2, patience=6, losses=("hard", "seq_ce"))
     metrics = pipeline.run(cfg)

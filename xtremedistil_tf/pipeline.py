@@ -34,7 +34,7 @@ from xtremedistil_tf.training.distribute import make_distribution, scope_of, wor
 from xtremedistil_tf.training.precision import precision_policy
 from xtremedistil_tf.training.resume import EpochCheckpoint, stateful_dropout
 from xtremedistil_tf.training.student_run import StudentConfig
-from xtremedistil_tf.workdir import WorkDir
+from xtremedistil_tf.workdir import STEP_FILE, WorkDir
 
 log = logging.getLogger(__name__)
 
@@ -371,8 +371,10 @@ def step_metrics(work: WorkDir) -> dict:
     teacher = work.step_info("teacher")
     metrics = {"teacher": {"scores": teacher["scores"], "parameters": teacher["parameters"],
                            "train_seconds": teacher["train_seconds"], "best_epoch": teacher["best_epoch"]},
-               "data": work.step_info("data"), "transfer": work.step_info("transfer")}
-    if (work.path("student") / "step.json").exists():
+               "data": work.step_info("data")}
+    if (work.path("transfer") / STEP_FILE).exists():
+        metrics["transfer"] = work.step_info("transfer")
+    if (work.path("student") / STEP_FILE).exists():
         student = work.step_info("student")
         metrics["student"] = {k: student[k] for k in ("scores", "parameters", "train_seconds")}
     atomic_write_json(work.path("metrics.json"), metrics)
@@ -387,8 +389,10 @@ def run(cfg: RunConfig) -> dict:
     work = WorkDir(worker_work_dir(cfg.work_dir, distribution), overwrite=cfg.overwrite)
     fingerprint = step_data(work, cfg)
     fingerprint = step_teacher(work, cfg, fingerprint, distribution)
-    fingerprint = step_transfer(work, cfg, fingerprint, distribution)
+    # Teacher outputs are only for distilling: a teacher-only run (--nostudent) leaves them to the
+    # first run that distils (bin/train or bin/ablate on the same work dir).
     if cfg.student is not None:
+        fingerprint = step_transfer(work, cfg, fingerprint, distribution)
         step_student(work, cfg, fingerprint, distribution=distribution)
     # Written once every step accepted the work dir: a refused run leaves the last finished run's
     # config in place (each step's own configuration is in its step.json from the start).
@@ -418,11 +422,12 @@ def summary_table(work_dir, metrics: dict) -> str:
     rows.append(("teacher fine-tuning", f"{metrics['teacher']['train_seconds']:.0f} s, best epoch "
                                         f"{metrics['teacher']['best_epoch']}"))
     rows.append(("teacher size on disk", f"{dir_size(work / 'teacher') / 2**20:.1f} MiB  {work / 'teacher' / 'model'}"))
-    t = metrics["transfer"]
-    rate = f", {t['sentences'] / t['seconds_this_run']:.1f} sentences/s" if t["seconds_this_run"] > 1 else ""
-    rows.append(("teacher outputs", f"{t['sentences']:,} sentences, {t['windows']:,} windows, "
-                                    f"{t['bytes'] / 2**20:.1f} MiB ({t['bytes_per_1000'] / 2**20:.2f} MiB per "
-                                    f"1,000 windows{rate})  {work / 'transfer'}"))
+    t = metrics.get("transfer")
+    if t:
+        rate = f", {t['sentences'] / t['seconds_this_run']:.1f} sentences/s" if t["seconds_this_run"] > 1 else ""
+        rows.append(("teacher outputs", f"{t['sentences']:,} sentences, {t['windows']:,} windows, "
+                                        f"{t['bytes'] / 2**20:.1f} MiB ({t['bytes_per_1000'] / 2**20:.2f} MiB per "
+                                        f"1,000 windows{rate})  {work / 'transfer'}"))
     if "student" in metrics:
         student = metrics["student"]
         rows += _score_rows("student", student["scores"])

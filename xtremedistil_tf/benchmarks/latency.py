@@ -15,8 +15,9 @@ a student exported with `bin/export --prune_vocab`).
 Each student is timed in three served graphs, all without the training-only heads: `keras`, the
 Keras sub-model to `probs` that bin/export serves (export.student.served_model); `fused`
 (`fused_inference_model`, under XLA), whose BiLSTM is unrolled over the fixed query length, with
-the input matmul hoisted out of the recurrence and no mask in it (FusedBiLSTM); and `block`, whose
-BiLSTM is TensorFlow's fused LSTM kernel (BlockBiLSTM).
+the input matmul hoisted out of the recurrence and no mask in it (BlockBiLSTM(unroll=True), what
+bin/export --xla_lengths serves); and `block`, whose BiLSTM is TensorFlow's fused LSTM kernel
+(BlockBiLSTM, what bin/export serves by default).
 """
 from __future__ import annotations
 
@@ -111,50 +112,17 @@ def parse_students(spec: str) -> List[Tuple[int, int]]:
     return pairs
 
 
-class FusedBiLSTM(BlockBiLSTM):
-    """Inference-only BiLSTM over a fixed length with Keras LSTM weights (gates i, f, c, o), for XLA.
-
-    Per direction, the input matmul of all steps is one large matmul, and the recurrence is
-    Python-unrolled over the fixed query length, so XLA fuses each step's gate arithmetic around a
-    plain 2-D matmul. The backward direction runs over each row's real pieces reversed (as in
-    BlockBiLSTM), so the recurrence needs no mask. Both alternatives measured slower under XLA on
-    CPU at batch 32 (docs/benchmarks.md): one batched matmul for both directions (1.4x) and
-    masking each step (1.3x). Weights as BlockBiLSTM (students.layers), whose kernel has no XLA version.
-    """
-
-    def call(self, inputs, mask=None):
-        if inputs.shape[1] is None:
-            raise ValueError("FusedBiLSTM unrolls over a fixed length: give the input a static time dimension")
-        lengths = self.row_lengths(inputs, mask)
-
-        def reverse(x):
-            return tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
-
-        return tf.concat([self._direction(0, inputs), reverse(self._direction(1, reverse(inputs)))], axis=-1)
-
-    def _direction(self, k: int, inputs):
-        """The states [B, T, H] of direction k over `inputs` [B, T, D] from zero states."""
-        projected = tf.einsum("btd,dg->tbg", inputs, self.kernel[k]) + self.bias[k]  # [T, B, 4H]
-        h = c = tf.zeros(tf.stack([tf.shape(inputs)[0], self.units]), inputs.dtype)
-        states = []
-        for t in range(inputs.shape[1]):
-            i, f, g, o = tf.split(projected[t] + tf.matmul(h, self.recurrent_kernel[k]), 4, axis=-1)
-            c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
-            h = tf.sigmoid(o) * tf.tanh(c)
-            states.append(h)
-        return tf.stack(states, axis=1)
-
-
-def fused_inference_model(student: tf.keras.Model, seq_length: int, bilstm_class=None) -> tf.keras.Model:
-    """The served graph of a trained BiLSTM student with a FusedBiLSTM (or `bilstm_class`, e.g.
-    BlockBiLSTM): {"input_ids", "attention_mask"} [B, seq_length] -> {"probs"}, with the student's
-    weights (embeddings, BiLSTM, the projection when the softmax head reads it, softmax)."""
+def fused_inference_model(student: tf.keras.Model, seq_length: int, unroll: bool = True) -> tf.keras.Model:
+    """The served graph of a trained BiLSTM student on a BlockBiLSTM, unrolled over the fixed
+    `seq_length` (for XLA) or not (the fused kernel): {"input_ids", "attention_mask"} [B, seq_length]
+    -> {"probs"}, with the student's weights (embeddings, BiLSTM, the projection when the softmax
+    head reads it, softmax)."""
     ids = tf.keras.Input((seq_length,), dtype=tf.int32, name="input_ids")
     attention_mask = tf.keras.Input((seq_length,), dtype=tf.int32, name="attention_mask")
     trained = {name: student.get_layer(name) for name in ("word_embedding", "bilstm", "projection", "softmax")}
     x = tf.keras.layers.Embedding(trained["word_embedding"].input_dim, trained["word_embedding"].output_dim,
                                   name="word_embedding")(ids)
-    bilstm = (bilstm_class or FusedBiLSTM)(trained["bilstm"].forward_layer.units, name="bilstm")
+    bilstm = BlockBiLSTM(trained["bilstm"].forward_layer.units, unroll=unroll, name="bilstm")
     x = bilstm(x, mask=SequenceMask(name="sequence_mask")(attention_mask))
     copies = [(bilstm, None)]
     if _softmax_reads_projection(student):
@@ -310,7 +278,7 @@ def measure(teacher_spec: str, students: Sequence[Tuple[int, int]], queries: int
         # The unrolled graph is timed only under XLA (without it, ~600 small ops are dispatched one by
         # one: the slowest mode in every earlier run); BlockLSTMV2 has no XLA kernel.
         fused = latencies(fused_inference_model(trained, seq_length), student_ids, repeats, {"fused+xla": True})
-        block = latencies(fused_inference_model(trained, seq_length, BlockBiLSTM), student_ids, repeats,
+        block = latencies(fused_inference_model(trained, seq_length, unroll=False), student_ids, repeats,
                           {"block": False})
         for b in BATCHES:
             entry["latency_ms"][f"batch{b}"].update({**fused[f"batch{b}"], **block[f"batch{b}"]})

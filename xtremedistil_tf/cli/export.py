@@ -28,6 +28,10 @@ flags.DEFINE_integer("prune_min_count", 1, "--prune_vocab keeps pieces seen at l
 flags.DEFINE_bool("prune_keep_characters", True, "--prune_vocab also keeps every one-character piece, so unseen "
                   "words split into characters rather than [UNK].")
 
+flags.DEFINE_list("xla_lengths", [], "BiLSTM students: window lengths in pieces (with [CLS]/[SEP]), e.g. 32,64,128, "
+                  "at which the BiLSTM runs unrolled under XLA (the fastest graph at batch 32; docs/serving.md). "
+                  "Longer windows use the fused kernel. TF Serving needs --xla_cpu_compilation_enabled=true.")
+
 define_common_flags()
 
 
@@ -60,12 +64,20 @@ def _prune_corpus():
     return corpus
 
 
+def _xla_lengths():
+    try:
+        return [int(n) for n in FLAGS.xla_lengths]
+    except ValueError:
+        raise ConfigError(f"--xla_lengths={','.join(FLAGS.xla_lengths)}: expected integers") from None
+
+
 def export() -> None:
     from xtremedistil_tf.export.serving import export_student
 
     student_dir, export_dir = _dirs()
     target, module = export_student(student_dir, export_dir, FLAGS.model_name, FLAGS.version, FLAGS.overwrite,
-                                    _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters)
+                                    _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters,
+                                    _xla_lengths())
     print(f"served graph: {module.served_parameters():,} parameters, {len(module.vocab):,} word pieces",
           flush=True)
     print(target, flush=True)

@@ -69,7 +69,8 @@ flags.DEFINE_integer("transfer_batch_size", 64, "Batch size when computing teach
 flags.DEFINE_enum("hidden_dtype", "float16", ["float16", "float32"], "Stored dtype of teacher hidden states.")
 
 # Student
-flags.DEFINE_bool("student", True, "Distil a student after caching the teacher outputs.")
+flags.DEFINE_bool("student", True, "Cache the teacher outputs and distil a student; --nostudent stops after "
+                  "the teacher (fine-tuning only).")
 flags.DEFINE_enum("method", "xtremedistil", ["xtremedistil", "multigrained"],
                   "xtremedistil: softmax student, staged strategies (--strategy). multigrained: BiLSTM+CRF "
                   "student from the CRF teacher's k-best paths (needs --teacher_head=crf).")

@@ -139,14 +139,22 @@ class NerServing(tf.Module):
     """The student plus its tokenizer and decoding, with `serve` (strings) and `ids` (pieces)."""
 
     def __init__(self, model: tf.keras.Model, config: StudentMeta, vocab: List[str],
-                 keep_ids: Optional[np.ndarray] = None):
-        """`keep_ids`: serve only these pieces of `vocab` (export.vocabulary.kept_piece_ids)."""
+                 keep_ids: Optional[np.ndarray] = None, xla_lengths: Sequence[int] = ()):
+        """`keep_ids`: serve only these pieces of `vocab` (export.vocabulary.kept_piece_ids).
+        `xla_lengths`: window lengths (in pieces, with [CLS]/[SEP]) at which a BiLSTM student runs
+        unrolled under XLA; a batch of windows goes to the shortest one that holds it (padded),
+        longer ones to the fused kernel. TF Serving needs --xla_cpu_compilation_enabled=true for them."""
         super().__init__(name="ner_serving")
         if config.decoder == CLASSIFIER:
             raise ConfigError("this student is a sentence classifier; bin/export serves taggers only. Load it "
                               "with tf.keras.models.load_model(<student_dir>/model) after import xtremedistil_tf")
         served = served_model(model, config)
-        replacements = block_bilstm(served)
+        replacements = block_bilstm(served, unroll=bool(xla_lengths))
+        if xla_lengths and not replacements:
+            raise ConfigError(f"--xla_lengths serves BiLSTM students unrolled; this student is a "
+                              f"{config.architecture}")
+        if any(int(n) < 2 for n in xla_lengths):
+            raise ConfigError(f"--xla_lengths must be window lengths >= 2 ([CLS] and [SEP]); got {list(xla_lengths)}")
         if keep_ids is not None:
             replacements.update(pruned_embedding(keep_ids))
             vocab = [vocab[i] for i in keep_ids]
@@ -154,6 +162,8 @@ class NerServing(tf.Module):
             served = clone_replacing(served, replacements)
         self.vocab = vocab
         self._keras = _Untracked(model=served)
+        self._xla_lengths = sorted({int(n) for n in xla_lengths})
+        self._keras.fixed = [self._fixed_length_fn(n) for n in self._xla_lengths]
         # Only what serving runs is saved: training-only heads stay out of the SavedModel.
         self.student_variables = list(served.variables)
         if config.decoder == "crf":
@@ -180,15 +190,45 @@ class NerServing(tf.Module):
 
     @classmethod
     def from_student_dir(cls, student_dir, prune_corpus: Sequence[Path] = (), min_count: int = 1,
-                         keep_characters: bool = True) -> "NerServing":
+                         keep_characters: bool = True, xla_lengths: Sequence[int] = ()) -> "NerServing":
         """The saved student; with `prune_corpus`, serving only the pieces those texts use
-        (export.vocabulary)."""
+        (export.vocabulary); `xla_lengths` as in __init__."""
         model, config, vocab = load_student_dir(student_dir)
         keep_ids = None
         if prune_corpus:
             counts = piece_counts(corpus_texts(prune_corpus), vocab, config.lower_case)
             keep_ids = kept_piece_ids(counts, vocab, min_count, keep_characters)
-        return cls(model, config, vocab, keep_ids)
+        return cls(model, config, vocab, keep_ids, xla_lengths)
+
+    def _fixed_length_fn(self, length: int):
+        """The served model under XLA on windows of exactly `length` pieces (unrolled BiLSTM)."""
+        spec = tf.TensorSpec([None, length], tf.int32)
+
+        @tf.function(input_signature=[spec, spec], jit_compile=True)
+        def run(input_ids, attention_mask):
+            return self._keras.model({"input_ids": input_ids, "attention_mask": attention_mask}, training=False)
+
+        return run
+
+    def _student_outputs(self, input_ids, attention_mask):
+        """The served model on windows [C, L]: at the shortest of `xla_lengths` >= L (padded, then cut
+        back to L), else on the fused kernel."""
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if not self._xla_lengths:
+            return self._keras.model(inputs, training=False)
+        width = tf.shape(input_ids)[1]
+
+        def padded(run, length):
+            def branch():
+                pad = [[0, 0], [0, length - width]]
+                outputs = run(tf.pad(input_ids, pad), tf.pad(attention_mask, pad))
+                return tf.nest.map_structure(lambda t: t[:, :width], outputs)
+            return branch
+
+        branches = [padded(run, n) for run, n in zip(self._keras.fixed, self._xla_lengths)]
+        branches.append(lambda: self._keras.model(inputs, training=False))
+        bucket = tf.reduce_sum(tf.cast(tf.constant(self._xla_lengths) < width, tf.int32))
+        return tf.switch_case(bucket, branches)
 
     def decode_windows(self, input_ids, attention_mask):
         """Piece tags of windows [C, L]: (tag_ids int32, tag_probs float32, probs [C, L, N] float32).
@@ -196,16 +236,16 @@ class NerServing(tf.Module):
         softmax: argmax of the student's probs; crf: Viterbi over the CRF potentials, with the
         CRF marginals as probs. Positions with attention_mask 0 get the [PAD] tag and 0.
         """
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        outputs = self._student_outputs(input_ids, attention_mask)
         if self.config.decoder == "crf":
             crf, lengths = self._keras.crf, tf.reduce_sum(attention_mask, axis=1)
             potentials = crf_ops.apply_boundary_constraints(
-                tf.cast(self._keras.model(inputs, training=False), tf.float32), lengths,
+                tf.cast(outputs, tf.float32), lengths,
                 crf.start_allowed, crf.end_allowed)
             tag_ids = crf_ops.crf_decode(potentials, crf.transitions, lengths)[0]
             probs = crf_ops.crf_marginals(potentials, lengths, crf.transitions)
         else:
-            probs = tf.cast(self._keras.model(inputs, training=False)["probs"], tf.float32)
+            probs = tf.cast(outputs["probs"], tf.float32)
             tag_ids = tf.argmax(probs, axis=-1, output_type=tf.int32)
         real = attention_mask > 0
         tag_probs = tf.gather(probs, tag_ids, batch_dims=2)
@@ -281,11 +321,11 @@ def next_version(model_dir: Path) -> int:
 
 def export_student(student_dir, export_dir, name: str = "ner", version: int = 0, overwrite: bool = False,
                    prune_corpus: Sequence[Path] = (), min_count: int = 1,
-                   keep_characters: bool = True) -> Tuple[Path, NerServing]:
+                   keep_characters: bool = True, xla_lengths: Sequence[int] = ()) -> Tuple[Path, NerServing]:
     """Writes <export_dir>/<name>/<version>/ (SavedModel with `serving_default` and `ids`);
     returns it and the module that was saved.
 
-    version 0 means the next free version. `prune_corpus` etc.: see NerServing.from_student_dir.
+    version 0 means the next free version. `prune_corpus`, `xla_lengths` etc.: see NerServing.
     assets.extra/ (which TF Serving ignores) gets the student's student.json (bin/predict and
     clients read the tags there) and the served vocab.txt (the ids the `ids` signature takes).
     """
@@ -295,7 +335,7 @@ def export_student(student_dir, export_dir, name: str = "ner", version: int = 0,
     target = model_dir / str(version)
     if target.exists() and not overwrite:
         raise ConfigError(f"{target} exists; pass --overwrite or another --version")
-    module = NerServing.from_student_dir(student_dir, prune_corpus, min_count, keep_characters)
+    module = NerServing.from_student_dir(student_dir, prune_corpus, min_count, keep_characters, xla_lengths)
     signatures = {"serving_default": module.serve.get_concrete_function(),
                   "ids": module.ids.get_concrete_function()}
     with atomic_dir(target) as tmp:

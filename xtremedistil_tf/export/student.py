@@ -126,14 +126,15 @@ def clone_replacing(model: tf.keras.Model, replacements: Dict[str, Replacement])
     return copy
 
 
-def block_bilstm(model: tf.keras.Model) -> Dict[str, Replacement]:
+def block_bilstm(model: tf.keras.Model, unroll: bool = False) -> Dict[str, Replacement]:
     """The replacement of a student's sequence-returning `bilstm` by BlockBiLSTM (TensorFlow's
-    fused LSTM kernel; students.layers), or none when the student has no such layer."""
+    fused LSTM kernel, or unrolled where the length is static: students.layers), or none when the
+    student has no such layer."""
     names = {layer.name: layer for layer in model.layers}
     layer = names.get("bilstm")
     if not (isinstance(layer, tf.keras.layers.Bidirectional) and layer.forward_layer.return_sequences):
         return {}
-    return {"bilstm": (lambda old: BlockBiLSTM(old.forward_layer.units, name="bilstm"),
+    return {"bilstm": (lambda old: BlockBiLSTM(old.forward_layer.units, unroll=unroll, name="bilstm"),
                        lambda old, new: new.set_from_bidirectional(old))}
 
 

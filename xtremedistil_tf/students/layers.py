@@ -80,21 +80,28 @@ class TransformerEncoder(tf.keras.layers.Layer):
 
 @tf.keras.utils.register_keras_serializable(package="xtremedistil_tf")
 class BlockBiLSTM(tf.keras.layers.Layer):
-    """Inference-only BiLSTM on TensorFlow's fused LSTM kernel, with a Keras Bidirectional(LSTM)'s
-    weights: what bin/export serves for BiLSTM students.
+    """Inference-only BiLSTM with a Keras Bidirectional(LSTM)'s weights: what bin/export serves for
+    BiLSTM students.
 
-    call(x [B, T, D], mask [B, T] bool, right-padded) -> [B, T, 2 * units]. Each direction is one
-    `BlockLSTMV2` op (a core TensorFlow kernel, so TF Serving has it; gates i, f, c, o as Keras),
-    which runs the whole sequence in C++ instead of a while loop of ~15 small ops per step: 1.7x
-    faster at batch 1 on 2 CPU cores (docs/benchmarks.md). The backward direction runs over each
-    row's real positions reversed (tf.reverse_sequence), so right padding never reaches a real
-    position and the recurrence needs no mask; outputs at padded positions are meaningless, as in
-    any padded batch. There is no XLA kernel for BlockLSTMV2.
+    call(x [B, T, D], mask [B, T] bool, right-padded) -> [B, T, 2 * units]. The backward direction
+    runs over each row's real positions reversed (tf.reverse_sequence), so right padding never
+    reaches a real position and the recurrence needs no mask; outputs at padded positions are
+    meaningless, as in any padded batch. Gates i, f, c, o as Keras.
+
+    By default each direction is one `BlockLSTMV2` op (a core TensorFlow kernel, so TF Serving has
+    it), which runs the whole sequence in C++ instead of a while loop of ~15 small ops per step:
+    1.7x faster at batch 1 on 2 CPU cores (docs/benchmarks.md); it has no XLA kernel. With
+    `unroll=True` and a static T (e.g. under XLA at a fixed length: bin/export --xla_lengths), each
+    direction is instead Python-unrolled over T around a plain 2-D recurrent matmul, with the input
+    matmul of all steps hoisted out, so XLA fuses each step's gate arithmetic: the fastest graph at
+    batch 32 (docs/benchmarks.md; one batched matmul for both directions, or masking each step, were
+    1.3-1.4x slower). Without a static T it falls back to the kernel.
     """
 
-    def __init__(self, units: int, **kwargs):
+    def __init__(self, units: int, unroll: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.units = units
+        self.unroll = unroll
 
     def build(self, input_shape):
         dim, gates = int(input_shape[-1]), 4 * self.units
@@ -116,8 +123,10 @@ class BlockBiLSTM(tf.keras.layers.Layer):
         return tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
 
     def call(self, inputs, mask=None):
-        batch, steps = tf.shape(inputs)[0], tf.shape(inputs)[1]
         lengths = self.row_lengths(inputs, mask)
+        if self.unroll and inputs.shape[1] is not None:
+            return self._unrolled(inputs, lengths)
+        batch, steps = tf.shape(inputs)[0], tf.shape(inputs)[1]
         time_major = tf.transpose(inputs, [1, 0, 2])
         zeros = tf.zeros(tf.stack([batch, self.units]), inputs.dtype)
         peephole = tf.zeros([self.units], inputs.dtype)
@@ -135,8 +144,27 @@ class BlockBiLSTM(tf.keras.layers.Layer):
         states = tf.concat([direction(0, time_major), reverse(direction(1, reverse(time_major)))], axis=-1)
         return tf.transpose(states, [1, 0, 2])
 
+    def _unrolled(self, inputs, lengths):
+        def reverse(x):
+            return tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
+
+        return tf.concat([self._unrolled_direction(0, inputs), reverse(self._unrolled_direction(1, reverse(inputs)))],
+                         axis=-1)
+
+    def _unrolled_direction(self, k: int, inputs):
+        """The states [B, T, H] of direction k over `inputs` [B, T, D] (static T) from zero states."""
+        projected = tf.einsum("btd,dg->tbg", inputs, self.kernel[k]) + self.bias[k]  # [T, B, 4H]
+        h = c = tf.zeros(tf.stack([tf.shape(inputs)[0], self.units]), inputs.dtype)
+        states = []
+        for t in range(inputs.shape[1]):
+            i, f, g, o = tf.split(projected[t] + tf.matmul(h, self.recurrent_kernel[k]), 4, axis=-1)
+            c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+            h = tf.sigmoid(o) * tf.tanh(c)
+            states.append(h)
+        return tf.stack(states, axis=1)
+
     def compute_mask(self, inputs, mask=None):
         return mask
 
     def get_config(self):
-        return {**super().get_config(), "units": self.units}
+        return {**super().get_config(), "units": self.units, "unroll": self.unroll}

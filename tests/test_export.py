@@ -288,14 +288,16 @@ def _xla_compiled_functions(concrete) -> int:
 
 
 def test_xla_lengths_serve_what_the_fused_kernel_serves(student, exported, tmp_path):
-    """--xla_lengths: windows up to 8 or 16 pieces run the unrolled BiLSTM under XLA (padded to the
-    bucket), longer ones the fused kernel; every text gets the default export's tags and spans."""
+    """--xla_lengths: batches of windows up to 8 or 16 pieces run the unrolled BiLSTM under XLA
+    (padded to the bucket), longer ones and single windows the fused kernel; every text gets the
+    default export's tags and spans."""
     target, module = export_student(student[1], tmp_path, xla_lengths=[16, 8])
     assert _xla_compiled_functions(module.serve.get_concrete_function()) == 2
     assert _xla_compiled_functions(NerServing.from_student_dir(student[1]).serve.get_concrete_function()) == 0
     xla, plain = (tf.saved_model.load(str(d)).signatures for d in (target, exported))
-    # Windows of 7, 2, 12 (Cyrillic splits into characters) and > 16 pieces: both buckets and the fallback.
-    for texts in (TEXTS[:1], TEXTS[1:2], TEXTS[2:3], TEXTS):
+    # Windows of 7 and 2, of 12 (Cyrillic splits into characters) and 8, and > 16 pieces: both buckets
+    # and the fallback; a single text takes the fallback.
+    for texts in (TEXTS[:2], TEXTS[2:4], TEXTS, TEXTS[:1]):
         got, expected = xla["serving_default"](text=tf.constant(texts)), plain["serving_default"](text=tf.constant(texts))
         for key, value in expected.items():
             if value.dtype == tf.float32:

@@ -211,9 +211,10 @@ def latencies(model, queries: np.ndarray, repeats: int, modes: Dict[str, bool]) 
 
 
 def string_signature_ms(student: tf.keras.Model, vocab_size: int, queries: int, repeats: int,
-                        seq_length: int) -> Dict[str, float]:
+                        seq_length: int, xla_lengths: Sequence[int] = ()) -> Dict[str, float]:
     """Per-query ms of the `serving_default` (raw text) signature of a SavedModel exported the way
-    bin/export does it (export.serving.NerServing around the Keras student), reloaded from disk."""
+    bin/export does it (export.serving.NerServing: the fused LSTM kernel, or with `xla_lengths` the
+    unrolled BiLSTM under XLA), reloaded from disk."""
     from xtremedistil_tf.export.serving import NerServing
     from xtremedistil_tf.export.student import StudentMeta
 
@@ -221,7 +222,7 @@ def string_signature_ms(student: tf.keras.Model, vocab_size: int, queries: int, 
     # query of seq_length pieces with [CLS] and [SEP].
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     vocab += [f"w{i}" for i in range(vocab_size - len(vocab))]
-    module = NerServing(student, StudentMeta(labels=LABELS), vocab)
+    module = NerServing(student, StudentMeta(labels=LABELS), vocab, xla_lengths=xla_lengths)
     rng = np.random.default_rng(0)
     words = rng.integers(len(vocab) - 5, size=(queries, seq_length - 2))
     texts = np.array([" ".join(f"w{i}" for i in row) for row in words], dtype=object)
@@ -285,6 +286,8 @@ def measure(teacher_spec: str, students: Sequence[Tuple[int, int]], queries: int
         if string_signature:
             entry["string_signature_ms"] = string_signature_ms(trained, student_vocab, queries, repeats,
                                                                seq_length)
+            entry["string_signature_xla_ms"] = string_signature_ms(trained, student_vocab, queries, repeats,
+                                                                   seq_length, xla_lengths=(seq_length,))
         result["students"].append(_with_ratios(entry, result["teacher"]))
     return result
 
@@ -331,10 +334,12 @@ def format_lines(result: dict) -> List[str]:
                 f"when training), {s['size_ratio']:.1f}x disk, speedup {s['speedup_batch1']:.1f}x at batch 1 "
                 f"({best['batch1'][0]}), {s['speedup_batch32']:.1f}x at batch 32 ({best['batch32'][0]})")
         lines.append(line)
-        if "string_signature_ms" in s:
-            sig = s["string_signature_ms"]
-            lines.append(f"  {'':<8} exported string signature (tokenizer in graph, Keras student): "
-                         f"{sig['batch1']:.3f} ms/query at batch 1, {sig['batch32']:.3f} at batch 32")
+        for key, how in (("string_signature_ms", "fused kernel"),
+                         ("string_signature_xla_ms", f"--xla_lengths={result['seq_length']}")):
+            if key in s:
+                sig = s[key]
+                lines.append(f"  {'':<8} exported string signature (tokenizer in graph, {how}): "
+                             f"{sig['batch1']:.3f} ms/query at batch 1, {sig['batch32']:.3f} at batch 32")
     return lines
 
 

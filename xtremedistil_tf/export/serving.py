@@ -34,6 +34,9 @@ _PREFIX_CODES = {"O": OUTSIDE, "B": BEGIN, "I": INSIDE, "M": INSIDE, "E": END, "
 # Row keys for searching offsets of all texts in one sorted vector: row * 2^32 + byte.
 _ROW_STRIDE = 2 ** 32
 
+# --xla_lengths: batches of fewer windows than this run on the fused kernel.
+XLA_MIN_WINDOWS = 2
+
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 IDS_SPECS = (tf.TensorSpec([None, None], tf.int32, name="input_ids"),
              tf.TensorSpec([None, None], tf.int32, name="attention_mask"))
@@ -143,7 +146,7 @@ class NerServing(tf.Module):
         """`keep_ids`: serve only these pieces of `vocab` (export.vocabulary.kept_piece_ids).
         `xla_lengths`: window lengths (in pieces, with [CLS]/[SEP]) at which a BiLSTM student runs
         unrolled under XLA; a batch of windows goes to the shortest one that holds it (padded),
-        longer ones to the fused kernel. TF Serving needs --xla_cpu_compilation_enabled=true for them."""
+        longer ones and single windows to the fused kernel. TF Serving needs --xla_cpu_compilation_enabled=true for them."""
         super().__init__(name="ner_serving")
         if config.decoder == CLASSIFIER:
             raise ConfigError("this student is a sentence classifier; bin/export serves taggers only. Load it "
@@ -212,7 +215,7 @@ class NerServing(tf.Module):
 
     def _student_outputs(self, input_ids, attention_mask):
         """The served model on windows [C, L]: at the shortest of `xla_lengths` >= L (padded, then cut
-        back to L), else on the fused kernel."""
+        back to L), else (or for a single window) on the fused kernel."""
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if not self._xla_lengths:
             return self._keras.model(inputs, training=False)
@@ -228,6 +231,9 @@ class NerServing(tf.Module):
         branches = [padded(run, n) for run, n in zip(self._keras.fixed, self._xla_lengths)]
         branches.append(lambda: self._keras.model(inputs, training=False))
         bucket = tf.reduce_sum(tf.cast(tf.constant(self._xla_lengths) < width, tf.int32))
+        # One window alone runs faster on the fused kernel (1.9 against 3.4 ms at (50, 200);
+        # from 2 windows on, the unrolled graph is faster: docs/benchmarks.md).
+        bucket = tf.where(tf.shape(input_ids)[0] < XLA_MIN_WINDOWS, len(self._xla_lengths), bucket)
         return tf.switch_case(bucket, branches)
 
     def decode_windows(self, input_ids, attention_mask):

@@ -109,7 +109,7 @@ def classification_run(tmp_path_factory, tiny_bert_dir):
                                      layer=2, finetune=FinetuneConfig(epochs=10, batch_size=16, learning_rate=3e-3,
                                                                       patience=10, progress=False))
     student = StudentConfig(embedding_dim=16, hidden=16, epochs_per_layer=3, patience=3, batch_size=32,
-                            learning_rate=2e-2, strategy="D4.2")
+                            learning_rate=2e-2, strategy="D4.1")
     cfg = pipeline.RunConfig(work_dir=str(tmp_path_factory.mktemp("work")), data=data, teacher=teacher,
                              student=student, transfer=pipeline.TransferConfig(shard_size=64, batch_size=32),
                              progress=False)
@@ -137,12 +137,26 @@ def test_cache_holds_sentence_level_targets(classification_run):
     assert examples[0]["label_ids"].shape == () and examples[-1]["label_ids"] == NO_LABEL
 
 
-def test_staged_loop_ran_every_d42_step_with_dev_f1(classification_run):
+def test_staged_loop_ran_every_stage_with_dev_f1(classification_run):
+    # D4.1 (three stages, one step each) keeps the end-to-end run short; the tagging tests train D4.2.
     cfg, _ = classification_run
     history = pipeline.WorkDir(cfg.work_dir).step_info("student")["history"]
-    stages = [step["stage"] for step in history["steps"]]
-    assert stages == sorted(stages) and set(stages) == {1, 2, 3}
+    assert [step["stage"] for step in history["steps"]] == [1, 2, 3]
     assert all(step["dev_f1"] is not None for step in history["steps"] if step["stage"] > 1)
+
+
+def test_gradual_unfreezing_resolves_on_the_classifier():
+    """D4.2's steps name the classifier's layers, top-down, ending with every layer trainable."""
+    from xtremedistil_tf.students.models import build_bilstm_classifier
+    from xtremedistil_tf.training.staged import _resolve_layers
+    from xtremedistil_tf.training.strategies import get_strategy
+
+    classifier = build_bilstm_classifier(50, 3, embedding_dim=8, hidden=8, teacher_hidden=16)
+    for stage in get_strategy("D4.2").stages[1:]:
+        steps = [_resolve_layers(step, classifier) for step in stage.unfreeze]
+        assert steps[-1] == ("word_embedding",) and len(steps) == 4
+        trainable = {name for step in steps for name in step}
+        assert {"projection", "bilstm", "word_embedding"} < trainable
 
 
 def test_saved_classifier_reloads_with_keras_and_predicts_the_same(classification_run):

@@ -17,14 +17,13 @@ from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.students.models import build_bilstm_classifier
 from xtremedistil_tf.teachers.classifier import score_texts
-from xtremedistil_tf.training.staged import EvaluateFn, train_student
+from xtremedistil_tf.training.staged import EvaluateFn, HeadArgmaxCache, head_argmax_fn, train_student
 from xtremedistil_tf.training.distribute import scope_of
 from xtremedistil_tf.training.resume import EpochCheckpoint
 from xtremedistil_tf.training.student_run import (StudentConfig, build_resumable, distil_config, staged_sources,
                                                   student_embeddings)
 from xtremedistil_tf.training.tensorboard import EpochScalars, ScalarLog
 
-HEAD_OUTPUTS = {"softmax": "probs", "logits": "logits"}
 
 
 def build_classifier_student(cfg: StudentConfig, teacher) -> tf.keras.Model:
@@ -42,23 +41,20 @@ def build_classifier_student(cfg: StudentConfig, teacher) -> tf.keras.Model:
         teacher_hidden=teacher.hidden_size, embeddings=embeddings, freeze_embeddings=frozen, heads_on=cfg.heads_on)
 
 
-def predict_classes(student: tf.keras.Model, arrays, head: str = "softmax", batch_size: int = 64) -> np.ndarray:
-    """Class ids [N] from the `softmax` (probs) or `logits` head."""
-    if head not in HEAD_OUTPUTS:
-        raise ConfigError(f"head must be 'softmax' or 'logits', got {head!r}")
-    key = HEAD_OUTPUTS[head]
-    spec = tf.TensorSpec([None, None], tf.int32)
-    classes = tf.function(lambda batch: tf.argmax(student(batch, training=False)[key], axis=-1, output_type=tf.int32),
-                          input_signature=[{"input_ids": spec, "attention_mask": spec}], reduce_retracing=True)
-    return predict_by_length_texts(arrays, classes, batch_size)
+def predict_classes(student: tf.keras.Model, arrays, head: str = "softmax", batch_size: int = 64,
+                    argmax_fn=None) -> np.ndarray:
+    """Class ids [N] from the `softmax` (probs) or `logits` head (or a given `head_argmax_fn`)."""
+    return predict_by_length_texts(arrays, argmax_fn or head_argmax_fn(student, head), batch_size)
 
 
 def make_dev_class_f1(sentences: Sequence[Sentence], tokenizer, vocab: ClassVocab, max_seq_length: int) -> EvaluateFn:
     """An `evaluate_fn` for `train_student`: macro-F1 of a head's classes on dev."""
     arrays = encode_texts(sentences, tokenizer, vocab, max_seq_length)
+    argmax_fns = HeadArgmaxCache()
 
     def dev_f1(student: tf.keras.Model, head: str) -> float:
-        return score_texts(vocab, sentences, predict_classes(student, arrays, head))["all"]["f1"]
+        classes = predict_classes(student, arrays, argmax_fn=argmax_fns(student, head))
+        return score_texts(vocab, sentences, classes)["all"]["f1"]
 
     return dev_f1
 

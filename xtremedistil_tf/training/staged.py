@@ -400,21 +400,44 @@ def _record(data: dict) -> StepRecord:
     return StepRecord(**{**data, "unfrozen": tuple(data["unfrozen"]), "trainable": tuple(data["trainable"])})
 
 
+HEAD_OUTPUTS = {"softmax": "probs", "logits": "logits"}
+
+
+def head_argmax_fn(student: tf.keras.Model, head: str = "softmax"):
+    """A compiled {"input_ids", "attention_mask"} [B, T] -> argmax over the last axis of the
+    `softmax` (probs) or `logits` head: tags [B, T] of a tagger, classes [B] of a classifier."""
+    key = HEAD_OUTPUTS.get(head)
+    if key is None:
+        raise ConfigError(f"head must be 'softmax' or 'logits', got {head!r}")
+    spec = tf.TensorSpec([None, None], tf.int32)
+    return tf.function(lambda batch: tf.argmax(student(batch, training=False)[key], axis=-1, output_type=tf.int32),
+                       input_signature=[{"input_ids": spec, "attention_mask": spec}])
+
+
+class HeadArgmaxCache:
+    """`head_argmax_fn` per head of the latest student: an evaluate_fn called after every unfreeze
+    step traces each head once, not once per call."""
+
+    def __init__(self):
+        self._student, self._fns = None, {}
+
+    def __call__(self, student: tf.keras.Model, head: str):
+        if student is not self._student:
+            self._student, self._fns = student, {}
+        if head not in self._fns:
+            self._fns[head] = head_argmax_fn(student, head)
+        return self._fns[head]
+
+
 def predict_tags(student: tf.keras.Model, windows: Windows, batch_size: int = 64,
-                 head: str = "softmax") -> np.ndarray:
-    """Argmax tag id per piece [W, L] from the `softmax` (probs) or `logits` head.
+                 head: str = "softmax", argmax_fn=None) -> np.ndarray:
+    """Argmax tag id per piece [W, L] from the `softmax` (probs) or `logits` head (or a given
+    `head_argmax_fn`).
 
     Windows are batched by length so that each batch is only as long as its longest window; decode
     the result with `xtremedistil_tf.data.alignment.decode`.
     """
-    key = {"softmax": "probs", "logits": "logits"}.get(head)
-    if key is None:
-        raise ConfigError(f"head must be 'softmax' or 'logits', got {head!r}")
-    spec = tf.TensorSpec([None, None], tf.int32)
-    predict = tf.function(lambda batch: tf.argmax(student(batch, training=False)[key], axis=-1,
-                                                   output_type=tf.int32),
-                          input_signature=[{"input_ids": spec, "attention_mask": spec}])
-    return predict_by_length(windows, predict, batch_size)
+    return predict_by_length(windows, argmax_fn or head_argmax_fn(student, head), batch_size)
 
 
 def make_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab, scheme: str = "IOB2",
@@ -423,8 +446,11 @@ def make_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab,
     from xtremedistil_tf.data.alignment import decode
     from xtremedistil_tf.evaluate import entity_scores
 
+    argmax_fns = HeadArgmaxCache()
+
     def dev_f1(student: tf.keras.Model, head: str) -> float:
-        predicted = decode(windows, predict_tags(student, windows, batch_size, head), tag_vocab)
+        predicted = decode(windows, predict_tags(student, windows, batch_size, argmax_fn=argmax_fns(student, head)),
+                           tag_vocab)
         return entity_scores(gold_tags, predicted, scheme)["f1"]
 
     return dev_f1

@@ -30,7 +30,7 @@ from xtremedistil_tf.losses.shared_projection import SharedProjections, pair_var
 from xtremedistil_tf.subwords.dual import DualSentence, Specials, build_batch
 from xtremedistil_tf.subwords.models import (DualTeacher, encoder_variables, gather_masked, mlm_logits,
                                              sum_cross_entropy, word_embeddings)
-from xtremedistil_tf.teachers.finetune import _adamw
+from xtremedistil_tf.teachers.finetune import warmup_adamw
 
 VARIANTS: Dict[str, tuple] = {            # name -> (dual training, projection direction)
     "NoKD": (False, None),
@@ -100,9 +100,9 @@ class DualTrainer:
             fast += self.teacher.new_variables
         if self.projections is not None:
             fast += self.projections.matrices
-        groups = [(_adamw(cfg.learning_rate, cfg.steps, warmup, cfg.weight_decay), fast)]
+        groups = [(warmup_adamw(cfg.learning_rate, cfg.steps, warmup, cfg.weight_decay), fast)]
         if self.teacher is not None:
-            groups.append((_adamw(cfg.teacher_learning_rate, cfg.steps, warmup, cfg.weight_decay),
+            groups.append((warmup_adamw(cfg.teacher_learning_rate, cfg.steps, warmup, cfg.weight_decay),
                            encoder_variables(self.teacher.teacher)))
         return groups
 

@@ -125,18 +125,19 @@ def parameter_groups(teacher, config: FinetuneConfig, total_steps: int):
             by_depth.setdefault(layer_depth(v.name, teacher.num_layers), []).append(v)
     groups = []
     for depth, variables in sorted(by_depth.items()):
-        groups.append((_adamw(config.learning_rate * config.layer_decay ** depth, total_steps, warmup,
+        groups.append((warmup_adamw(config.learning_rate * config.layer_decay ** depth, total_steps, warmup,
                               config.weight_decay), variables))
     head_lr = config.head_learning_rate or config.learning_rate
-    groups.append((_adamw(head_lr, total_steps, warmup, config.weight_decay), head_vars))
+    groups.append((warmup_adamw(head_lr, total_steps, warmup, config.weight_decay), head_vars))
     return groups
 
 
-def _adamw(peak, total_steps, warmup, weight_decay):
+def warmup_adamw(peak, total_steps, warmup, weight_decay):
+    """BERT's fine-tuning optimizer: AdamW with linear warm-up to `peak` over `warmup` steps, then
+    linear decay to 0 at `total_steps`; no weight decay on LayerNorm parameters and biases."""
     optimizer = tf.keras.optimizers.AdamW(
         learning_rate=WarmupLinearDecay(peak, total_steps, warmup), weight_decay=weight_decay,
         epsilon=1e-8)
-    # Standard BERT practice: no decay on LayerNorm parameters and biases.
     optimizer.exclude_from_weight_decay(var_names=["LayerNorm", "layer_norm", "bias"])
     return optimizer
 

@@ -22,8 +22,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) bin/train --flagfile=configs/demo.flags
 
+# Two workers, each file on one worker (its module fixtures are built once): the suite's time is
+# mostly single-threaded graph tracing, so two processes halve it on 2 cores (10m42s -> 5m15s).
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" -q
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" -q -n 2 --dist loadfile
 
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m slow -q

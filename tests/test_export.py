@@ -287,36 +287,38 @@ def _xla_compiled_functions(concrete) -> int:
     return sum(f.attr["_XlaMustCompile"].b for f in concrete.graph.as_graph_def().library.function)
 
 
-def test_xla_lengths_serve_what_the_fused_kernel_serves(student, exported, tmp_path):
+def test_xla_lengths_serve_what_the_fused_kernel_serves(student):
     """--xla_lengths: batches of windows up to 8 or 16 pieces run the unrolled BiLSTM under XLA
     (padded to the bucket), longer ones and single windows the fused kernel; every text gets the
     default export's tags and spans."""
-    target, module = export_student(student[1], tmp_path, xla_lengths=[16, 8])
-    assert _xla_compiled_functions(module.serve.get_concrete_function()) == 2
-    assert _xla_compiled_functions(NerServing.from_student_dir(student[1]).serve.get_concrete_function()) == 0
-    xla, plain = (tf.saved_model.load(str(d)).signatures for d in (target, exported))
+    model, student_dir = student
+    vocab = read_vocab(student_dir / "vocab.txt")
+    xla, plain = (NerServing(model, StudentMeta(TOY_LABELS), vocab, xla_lengths=n) for n in ([16, 8], []))
+    # The XLA graphs are in what bin/export saves (tf.saved_model keeps the attribute).
+    assert _xla_compiled_functions(xla.serve.get_concrete_function()) == 2
+    assert _xla_compiled_functions(plain.serve.get_concrete_function()) == 0
     # Windows of 7 and 2, of 12 (Cyrillic splits into characters) and 8, and > 16 pieces: both buckets
     # and the fallback; a single text takes the fallback.
     for texts in (TEXTS[:2], TEXTS[2:4], TEXTS, TEXTS[:1]):
-        got, expected = xla["serving_default"](text=tf.constant(texts)), plain["serving_default"](text=tf.constant(texts))
+        got, expected = xla.serve(tf.constant(texts)), plain.serve(tf.constant(texts))
         for key, value in expected.items():
             if value.dtype == tf.float32:
                 np.testing.assert_allclose(got[key].numpy(), value.numpy(), atol=1e-5, err_msg=key)
             else:
                 np.testing.assert_array_equal(got[key].numpy(), value.numpy(), err_msg=key)
     ids, mask = tf.constant([[2, 70, 45, 3], [2, 50, 3, 0]]), tf.constant([[1, 1, 1, 1], [1, 1, 1, 0]])
-    np.testing.assert_allclose(xla["ids"](input_ids=ids, attention_mask=mask)["probs"].numpy(),
-                               plain["ids"](input_ids=ids, attention_mask=mask)["probs"].numpy(), atol=1e-5)
+    np.testing.assert_allclose(xla.ids(ids, mask)["probs"].numpy(), plain.ids(ids, mask)["probs"].numpy(), atol=1e-5)
 
 
 def test_xla_lengths_errors(student, tiny_tokenizer, tiny_tokenizer_dir):
+    vocab = read_vocab(tiny_tokenizer_dir / "vocab.txt")
     model = build_transformer_student(tiny_tokenizer.vocab_size, len(TAG_VOCAB), embedding_dim=8, depth=1,
                                       heads=2, ffn=8, teacher_hidden=8, max_length=8, dropout=0.0)
     config = StudentMeta(TOY_LABELS, architecture="transformer", max_seq_length=8)
     with pytest.raises(ConfigError, match="BiLSTM students unrolled; this student is a transformer"):
-        NerServing(model, config, read_vocab(tiny_tokenizer_dir / "vocab.txt"), xla_lengths=[8])
+        NerServing(model, config, vocab, xla_lengths=[8])
     with pytest.raises(ConfigError, match=r"window lengths >= 2.*\[1, 8\]"):
-        NerServing.from_student_dir(student[1], xla_lengths=[1, 8])
+        NerServing(student[0], StudentMeta(TOY_LABELS), vocab, xla_lengths=[1, 8])
 
 
 def test_prune_corpus_errors_name_file_and_line(tmp_path):

@@ -151,13 +151,13 @@ class NerServing(tf.Module):
         if config.decoder == CLASSIFIER:
             raise ConfigError("this student is a sentence classifier; bin/export serves taggers only. Load it "
                               "with tf.keras.models.load_model(<student_dir>/model) after import xtremedistil_tf")
+        if any(int(n) < 2 for n in xla_lengths):
+            raise ConfigError(f"--xla_lengths must be window lengths >= 2 ([CLS] and [SEP]); got {list(xla_lengths)}")
         served = served_model(model, config)
         replacements = block_bilstm(served, unroll=bool(xla_lengths))
         if xla_lengths and not replacements:
             raise ConfigError(f"--xla_lengths serves BiLSTM students unrolled; this student is a "
                               f"{config.architecture}")
-        if any(int(n) < 2 for n in xla_lengths):
-            raise ConfigError(f"--xla_lengths must be window lengths >= 2 ([CLS] and [SEP]); got {list(xla_lengths)}")
         if keep_ids is not None:
             replacements.update(pruned_embedding(keep_ids))
             vocab = [vocab[i] for i in keep_ids]

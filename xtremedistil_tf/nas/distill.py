@@ -13,6 +13,8 @@ takes its directory as a --teacher to fine-tune.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -25,6 +27,8 @@ from xtremedistil_tf.io import atomic_dir, atomic_write_json
 from xtremedistil_tf.losses.hidden import (HiddenStateProjections, attention_inputs, default_relation_layer,
                                            hidden_state_loss, mapped_pairs, minilm_v2_loss)
 from xtremedistil_tf.nas.space import Arch
+
+log = logging.getLogger(__name__)
 
 OBJECTIVES = ("hs", "minilm", "hs+minilm")
 # Student config fields copied from the teacher: the vocabulary and input sizes must match its tokenizer.
@@ -190,13 +194,17 @@ class Distiller:
         rng = np.random.default_rng(self.config.seed)
         history = []
         bar = tqdm(total=steps_per_epoch * self.config.epochs, desc=desc, disable=not progress, leave=False)
-        for _ in range(self.config.epochs):
+        start = time.perf_counter()
+        for epoch in range(1, self.config.epochs + 1):
             total = []
             for ids, mask in batches(encoded, self.config.batch_size, rng=rng):
                 total.append(float(self._train_step(tf.constant(ids), tf.constant(mask))["total"]))
                 bar.update()
                 bar.set_postfix(loss=f"{total[-1]:.4f}")
             history.append(float(np.mean(total)))
+            # Without a progress bar (--no_progress) a long distillation still reports each epoch.
+            log.info("%s epoch %d/%d: loss %.4f, %.0f s", desc, epoch, self.config.epochs, history[-1],
+                     time.perf_counter() - start)
         bar.close()
         return history
 

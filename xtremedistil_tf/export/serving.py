@@ -146,7 +146,8 @@ class NerServing(tf.Module):
         """`keep_ids`: serve only these pieces of `vocab` (export.vocabulary.kept_piece_ids).
         `xla_lengths`: window lengths (in pieces, with [CLS]/[SEP]) at which a BiLSTM student runs
         unrolled under XLA; a batch of windows goes to the shortest one that holds it (padded),
-        longer ones and single windows to the fused kernel. TF Serving needs --xla_cpu_compilation_enabled=true for them."""
+        longer ones and single windows to the fused kernel. TF Serving runs the XLA graphs only with
+        --xla_cpu_compilation_enabled=true (docs/serving.md)."""
         super().__init__(name="ner_serving")
         if config.decoder == CLASSIFIER:
             raise ConfigError("this student is a sentence classifier; bin/export serves taggers only. Load it "

@@ -208,21 +208,27 @@ def _stack(rows, length, pad_piece, pad_tag, sentence_lengths) -> Windows:
     return Windows(input_ids, mask, labels, word_index, owner, sentence_index, sentence_lengths)
 
 
-def predict_by_length(windows: Windows, tags_fn, batch_size: int = 64) -> np.ndarray:
-    """Tag ids [W, L] from `tags_fn({"input_ids", "attention_mask"} [B, T]) -> [B, T]`.
-
-    Windows are batched in order of length so each batch is only as long as its longest window
-    (sentences are mostly far shorter than max_seq_length); positions past a window's length are 0.
-    Batches have at least 2 columns: CRF decoding needs a time step to scan.
-    """
-    lengths = windows.attention_mask.sum(1)
+def length_batches(input_ids: np.ndarray, attention_mask: np.ndarray, batch_size: int, min_length: int = 1):
+    """Yields (row indices, {"input_ids", "attention_mask"} of those rows) over the rows in order of
+    length, each batch cut to its longest row (at least `min_length` columns): sentences are mostly
+    far shorter than the padded width."""
+    lengths = attention_mask.sum(1)
     order = np.argsort(lengths, kind="stable")
-    out = np.zeros(windows.input_ids.shape, dtype=np.int32)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        length = max(2, int(lengths[idx].max()))
-        batch = {"input_ids": windows.input_ids[idx, :length], "attention_mask": windows.attention_mask[idx, :length]}
-        out[idx, :length] = np.asarray(tags_fn(batch))
+        length = max(min_length, int(lengths[idx].max()))
+        yield idx, {"input_ids": input_ids[idx, :length], "attention_mask": attention_mask[idx, :length]}
+
+
+def predict_by_length(windows: Windows, tags_fn, batch_size: int = 64) -> np.ndarray:
+    """Tag ids [W, L] from `tags_fn({"input_ids", "attention_mask"} [B, T]) -> [B, T]`, batched by
+    length (`length_batches`); positions past a window's length are 0. Batches have at least 2
+    columns: CRF decoding needs a time step to scan.
+    """
+    out = np.zeros(windows.input_ids.shape, dtype=np.int32)
+    for idx, batch in length_batches(windows.input_ids, windows.attention_mask, batch_size, min_length=2):
+        out[idx, :batch["input_ids"].shape[1]] = np.asarray(tags_fn(batch))
+    lengths = windows.attention_mask.sum(1)
     return out * (np.arange(out.shape[1])[None, :] < lengths[:, None])
 
 

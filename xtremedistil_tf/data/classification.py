@@ -11,6 +11,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+from xtremedistil_tf.data.alignment import length_batches
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 
@@ -91,13 +92,8 @@ def encode_texts(sentences: Sequence[Sentence], tokenizer, vocab: ClassVocab, ma
 
 def predict_by_length_texts(arrays: TextArrays, classes_fn, batch_size: int = 64) -> np.ndarray:
     """Class ids [N] from `classes_fn({"input_ids", "attention_mask"} [B, T]) -> [B]`, batched by
-    length so each batch is only as long as its longest text."""
-    lengths = arrays.attention_mask.sum(1)
-    order = np.argsort(lengths, kind="stable")
+    length (alignment.length_batches)."""
     out = np.zeros((len(arrays),), dtype=np.int32)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        length = max(1, int(lengths[idx].max()))
-        out[idx] = np.asarray(classes_fn({"input_ids": arrays.input_ids[idx, :length],
-                                          "attention_mask": arrays.attention_mask[idx, :length]}))
+    for idx, batch in length_batches(arrays.input_ids, arrays.attention_mask, batch_size):
+        out[idx] = np.asarray(classes_fn(batch))
     return out

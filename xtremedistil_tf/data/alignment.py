@@ -220,6 +220,21 @@ def length_batches(input_ids: np.ndarray, attention_mask: np.ndarray, batch_size
         yield idx, {"input_ids": input_ids[idx, :length], "attention_mask": attention_mask[idx, :length]}
 
 
+class CompiledPerStudent:
+    """`make(student, *key)` (a compiled predict function) cached per key for the latest student:
+    an evaluate_fn called after every epoch or step traces once per student, not once per call."""
+
+    def __init__(self, make):
+        self._make, self._student, self._fns = make, None, {}
+
+    def __call__(self, student, *key):
+        if student is not self._student:
+            self._student, self._fns = student, {}
+        if key not in self._fns:
+            self._fns[key] = self._make(student, *key)
+        return self._fns[key]
+
+
 def predict_by_length(windows: Windows, tags_fn, batch_size: int = 64) -> np.ndarray:
     """Tag ids [W, L] from `tags_fn({"input_ids", "attention_mask"} [B, T]) -> [B, T]`, batched by
     length (`length_batches`); positions past a window's length are 0. Batches have at least 2

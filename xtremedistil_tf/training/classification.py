@@ -12,12 +12,13 @@ from typing import Dict, Sequence
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf.data.alignment import CompiledPerStudent
 from xtremedistil_tf.data.classification import ClassVocab, encode_texts, predict_by_length_texts
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.students.models import build_bilstm_classifier
 from xtremedistil_tf.teachers.classifier import score_texts
-from xtremedistil_tf.training.staged import EvaluateFn, HeadArgmaxCache, head_argmax_fn, train_student
+from xtremedistil_tf.training.staged import EvaluateFn, head_argmax_fn, train_student
 from xtremedistil_tf.training.distribute import scope_of
 from xtremedistil_tf.training.resume import EpochCheckpoint
 from xtremedistil_tf.training.student_run import (StudentConfig, build_resumable, distil_config, staged_sources,
@@ -50,7 +51,7 @@ def predict_classes(student: tf.keras.Model, arrays, head: str = "softmax", batc
 def make_dev_class_f1(sentences: Sequence[Sentence], tokenizer, vocab: ClassVocab, max_seq_length: int) -> EvaluateFn:
     """An `evaluate_fn` for `train_student`: macro-F1 of a head's classes on dev."""
     arrays = encode_texts(sentences, tokenizer, vocab, max_seq_length)
-    argmax_fns = HeadArgmaxCache()
+    argmax_fns = CompiledPerStudent(head_argmax_fn)
 
     def dev_f1(student: tf.keras.Model, head: str) -> float:
         classes = predict_classes(student, arrays, argmax_fn=argmax_fns(student, head))

@@ -32,7 +32,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from xtremedistil_tf.crf import ops
-from xtremedistil_tf.data.alignment import TagVocab, Windows, decode, predict_by_length
+from xtremedistil_tf.data.alignment import CompiledPerStudent, TagVocab, Windows, decode, predict_by_length
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS, loss_weighting
@@ -424,13 +424,10 @@ def predict_tags_crf(student: tf.keras.Model, windows: Windows, batch_size: int 
 def make_crf_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab: TagVocab,
                     scheme: str = "IOB2", batch_size: int = 64) -> EvaluateFn:
     """An `evaluate_fn`: entity F1 on dev words of the student's Viterbi tags."""
-    compiled = {}
+    tags_fns = CompiledPerStudent(crf_tags_fn)
 
     def dev_f1(student: tf.keras.Model) -> float:
-        # One trace per student, not per epoch.
-        if compiled.get("student") is not student:
-            compiled.update(student=student, fn=crf_tags_fn(student))
-        tags = predict_tags_crf(student, windows, batch_size, compiled["fn"])
+        tags = predict_tags_crf(student, windows, batch_size, tags_fns(student))
         return entity_scores(gold_tags, decode(windows, tags, tag_vocab), scheme)["f1"]
 
     return dev_f1

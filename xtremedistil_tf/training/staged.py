@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf.data.alignment import Windows, predict_by_length
+from xtremedistil_tf.data.alignment import CompiledPerStudent, Windows, predict_by_length
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses.xtremedistil import (DEFAULT_REPRESENTATION_LOSS, cross_entropy, label_mask,
                                                  logit_mse, representation_loss)
@@ -414,21 +414,6 @@ def head_argmax_fn(student: tf.keras.Model, head: str = "softmax"):
                        input_signature=[{"input_ids": spec, "attention_mask": spec}])
 
 
-class HeadArgmaxCache:
-    """`head_argmax_fn` per head of the latest student: an evaluate_fn called after every unfreeze
-    step traces each head once, not once per call."""
-
-    def __init__(self):
-        self._student, self._fns = None, {}
-
-    def __call__(self, student: tf.keras.Model, head: str):
-        if student is not self._student:
-            self._student, self._fns = student, {}
-        if head not in self._fns:
-            self._fns[head] = head_argmax_fn(student, head)
-        return self._fns[head]
-
-
 def predict_tags(student: tf.keras.Model, windows: Windows, batch_size: int = 64,
                  head: str = "softmax", argmax_fn=None) -> np.ndarray:
     """Argmax tag id per piece [W, L] from the `softmax` (probs) or `logits` head (or a given
@@ -446,7 +431,7 @@ def make_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab,
     from xtremedistil_tf.data.alignment import decode
     from xtremedistil_tf.evaluate import entity_scores
 
-    argmax_fns = HeadArgmaxCache()
+    argmax_fns = CompiledPerStudent(head_argmax_fn)
 
     def dev_f1(student: tf.keras.Model, head: str) -> float:
         predicted = decode(windows, predict_tags(student, windows, batch_size, argmax_fn=argmax_fns(student, head)),

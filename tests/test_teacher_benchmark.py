@@ -2,12 +2,14 @@
 pipeline's teacher on the same data and budget."""
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 from conftest import REPO, toy_ner_sentences, write_tiny_vocab
+from test_console import NOISE
 from test_pipeline import write_conll
 from xtremedistil_tf.benchmarks.reference_teacher import IGNORE, encode, to_iob2
 
@@ -62,6 +64,12 @@ def test_benchmark_trains_both_on_the_same_data(tmp_path, pretrained_tiny_bert):
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert any(line.startswith("pipeline ") for line in lines) and any(line.startswith("reference ") for line in lines)
+    # The console of every command: no absl-formatted INFO lines (`I1125 07:25:26.949 ... workdir.py:185]`),
+    # no transformers load notices, from the pipeline's teacher or from the reference loop.
+    console = result.stdout + result.stderr
+    assert not re.search(r"^[IW]\d{4} \d\d:\d\d:\d\d", console, re.M), console[-2000:]
+    assert not any(noise in console for noise in NOISE), console[-2000:]
+    assert "step teacher: running" in console
     rows = json.loads((work / "benchmark_teacher.json").read_text())
     # Both learn the toy task (names are PER, cities LOC) from the same snapshot of the data.
     assert rows["pipeline"]["test_f1"] > 0.8 and rows["reference"]["test_f1"] > 0.8

@@ -18,7 +18,7 @@ from absl import flags
 import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
 
 from xtremedistil_tf.benchmarks import formats, latency, memory  # noqa: E402
-from xtremedistil_tf.cli.common import flag_group, run_app  # noqa: E402
+from xtremedistil_tf.cli.common import flag_group, one_line, run_app, run_main  # noqa: E402
 from xtremedistil_tf.cli import train as _train_flags  # noqa: E402,F401  (bin/benchmark teacher takes bin/train's flags)
 from xtremedistil_tf.errors import XtremeDistilError  # noqa: E402
 
@@ -46,15 +46,22 @@ def main(argv):
     if FLAGS.repeats < 1:
         print(f"--repeats must be >= 1; got {FLAGS.repeats}", file=sys.stderr)
         return 2
-    for name in names:
-        try:
-            lines = BENCHMARKS[name](FLAGS.repeats)
-        except (ValueError, XtremeDistilError) as e:  # a bad flag value, e.g. --students=50-200
-            print(f"bin/benchmark {name}: {e}", file=sys.stderr)
-            return 2
-        for line in lines:
-            print(line, flush=True)
-    return 0
+    status = [0]
+
+    def body() -> None:
+        for name in names:
+            try:
+                lines = BENCHMARKS[name](FLAGS.repeats)
+            except (ValueError, XtremeDistilError) as e:  # a bad flag value, e.g. --students=50-200
+                print(f"bin/benchmark {name}: {one_line(e)}", file=sys.stderr)
+                status[0] = 2
+                return
+            for line in lines:
+                print(line, flush=True)
+
+    # The console of every command: the project's lines, other libraries' notices hidden unless --verbose.
+    run_main(body)
+    return status[0]
 
 
 def run():

@@ -2,7 +2,7 @@ import os
 import sys
 from pathlib import Path
 
-# Before anything imports TensorFlow (DESIGN.md: Keras 2 through tf-keras, no hub).
+# Before anything imports TensorFlow: Keras 2 through tf-keras (README "Stack"), no model hub.
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -16,7 +16,8 @@ sys.path.insert(0, str(REPO))
 # ../shared/data next to the checkout during development and in CI; absent elsewhere.
 SHARED = Path(os.environ.get("XTREMEDISTIL_SHARED", REPO.parent / "shared"))
 SHARED_DATA = SHARED / "data"
-FIXTURES = SHARED / "fixtures"
+# Reference outputs the project ships (tests/fixtures/README.md says what and from where).
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 def _require(path: Path) -> Path:
@@ -32,7 +33,7 @@ def shared_data():
 
 @pytest.fixture
 def fixtures_dir():
-    return _require(FIXTURES)
+    return FIXTURES
 
 
 def write_tiny_vocab(directory: Path) -> Path:

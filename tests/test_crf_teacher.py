@@ -12,7 +12,7 @@ from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.teachers.crf_head import (build_crf_teacher, crf_finetune_config,
                                                piece_crf_constraints)
 from xtremedistil_tf.teachers.finetune import evaluate_teacher, finetune, parameter_groups, predict_piece_tags
-from xtremedistil_tf.teachers.model import load_teacher
+from xtremedistil_tf.teachers.saved import load_teacher
 
 
 def _path_allowed(tags, allowed, start, end):

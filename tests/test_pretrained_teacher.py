@@ -148,7 +148,7 @@ def tokenizer_of(directory):
 
 
 def test_token_checkpoint_predictions_are_its_own(token_checkpoint, caplog, tmp_path):
-    from xtremedistil_tf.teachers.model import load_teacher
+    from xtremedistil_tf.teachers.saved import load_teacher
     from xtremedistil_tf.teachers.pretrained import build_pretrained_teacher
 
     directory, original = token_checkpoint
@@ -210,7 +210,7 @@ def test_sequence_checkpoint_predictions_are_its_own(tmp_path):
 
     from xtremedistil_tf.data.classification import encode_texts, predict_by_length_texts
     from xtremedistil_tf.data.sentence import Sentence
-    from xtremedistil_tf.teachers.model import load_teacher
+    from xtremedistil_tf.teachers.saved import load_teacher
     from xtremedistil_tf.teachers.pretrained import build_pretrained_teacher
 
     original = _save_checkpoint(tmp_path / "ckpt", TFBertForSequenceClassification, ["positive", "negative"])
@@ -279,7 +279,7 @@ def corpus(tmp_path_factory):
 def test_teacher_step_uses_the_checkpoint_as_it_is(token_checkpoint, corpus, tmp_path, caplog):
     from xtremedistil_tf import pipeline
     from xtremedistil_tf.evaluate import score_by_language
-    from xtremedistil_tf.teachers.model import load_teacher
+    from xtremedistil_tf.teachers.saved import load_teacher
 
     directory, original = token_checkpoint
     with caplog.at_level(logging.INFO):
@@ -303,7 +303,7 @@ def test_empty_train_split_with_unlabeled_text(token_checkpoint, corpus, tmp_pat
     import tensorflow as tf
 
     from xtremedistil_tf import pipeline
-    from xtremedistil_tf.teachers.model import load_teacher
+    from xtremedistil_tf.teachers.saved import load_teacher
     from xtremedistil_tf.training.student_run import StudentConfig, distil, staged_sources
 
     student = StudentConfig(embedding_dim=8, hidden=8, epochs_per_layer=1, patience=1, batch_size=8, strategy="D2")

@@ -6,7 +6,8 @@ from conftest import TOY_LABELS, toy_ner_sentences
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.finetune import (FinetuneConfig, evaluate_teacher, finetune, layer_depth,
                                                parameter_groups, predict_piece_tags)
-from xtremedistil_tf.teachers.model import build_teacher, load_teacher
+from xtremedistil_tf.teachers.model import build_teacher
+from xtremedistil_tf.teachers.saved import load_teacher
 from xtremedistil_tf.data.alignment import encode
 
 

@@ -105,7 +105,7 @@ def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, la
 
     def build(tmp: Path) -> dict:
         from xtremedistil_tf.evaluate import score_by_language
-        from xtremedistil_tf.teachers.model import load_teacher
+        from xtremedistil_tf.teachers.saved import load_teacher
         from xtremedistil_tf.training.student_run import save_student
 
         splits = pipeline.load_data(work)

@@ -5,11 +5,7 @@ subcommand by adding a module under xtremedistil_tf/benchmarks/ and a line here.
 """
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Callable, Dict, List
-
-import tensorflow as tf
 
 from xtremedistil_tf.benchmarks import crf as crf_benchmarks
 from xtremedistil_tf.benchmarks import formats as formats_benchmarks
@@ -26,24 +22,3 @@ BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
     "precision": precision_benchmarks.run,
     "teacher": teacher_benchmarks.run,
 }
-
-
-def median_ms(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
-    """Median wall time of fn() in milliseconds, waiting for every output tensor.
-
-    The warm-up calls absorb tracing and XLA compilation.
-    """
-    for _ in range(warmup):
-        _materialize(fn())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        _materialize(fn())
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
-
-
-def _materialize(outputs) -> None:
-    for tensor in tf.nest.flatten(outputs):
-        if isinstance(tensor, tf.Tensor):
-            tensor.numpy()

@@ -298,7 +298,7 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
     fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cfg.transfer)}
     if work.is_done("transfer", fingerprint):
         return fingerprint
-    from xtremedistil_tf.teachers.model import load_teacher
+    from xtremedistil_tf.teachers.saved import load_teacher
 
     splits = load_data(work)
     train = splits["train"]
@@ -348,7 +348,7 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
                           f"cache keeps {cfg.transfer.kbest}; set --kbest for both (with --teacher_head=crf)")
 
     def build(tmp: Path) -> dict:
-        from xtremedistil_tf.teachers.model import load_teacher
+        from xtremedistil_tf.teachers.saved import load_teacher
         from xtremedistil_tf.training.student_run import distil, distil_multigrained, evaluate_student, save_student
 
         splits = load_data(work)

@@ -13,6 +13,7 @@ from typing import List
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf.benchmarks.timing import median_ms
 from xtremedistil_tf.crf import ops
 
 BATCH, STEPS, TAGS = 32, 128, 9
@@ -59,8 +60,6 @@ def _modes(fn):
 
 
 def run(repeats: int) -> List[str]:
-    from xtremedistil_tf.benchmark import median_ms
-
     args = _inputs()
     workloads = [("log_likelihood + decode", _likelihood_and_decode), ("decode (1-best)", _decode)] + [
         (f"kbest_decode k={k}", _kbest(k)) for k in KS

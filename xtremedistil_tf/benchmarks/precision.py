@@ -17,6 +17,7 @@ from typing import Callable, List
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf.benchmarks.timing import median_ms
 from xtremedistil_tf.training.precision import POLICIES, precision_policy
 
 BATCH, LENGTH = 32, 64
@@ -72,8 +73,6 @@ def student_step() -> Callable[[], tf.Tensor]:
 
 
 def run(repeats: int) -> List[str]:
-    from xtremedistil_tf.benchmark import median_ms
-
     lines = [f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, TF {tf.__version__}, "
              f"batch {BATCH} x {LENGTH}, median of {repeats} steps",
              f"{'step':<40}{'policy':<16}{'ms/step':>10}{'vs float32':>12}"]

@@ -98,7 +98,7 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str) -> Dic
     if kind == "teacher":
         from xtremedistil_tf.teachers.classifier import SequenceTeacher, evaluate_sequence_teacher
         from xtremedistil_tf.teachers.finetune import evaluate_teacher
-        from xtremedistil_tf.teachers.model import load_teacher
+        from xtremedistil_tf.teachers.saved import load_teacher
         from xtremedistil_tf.teachers.pretrained import PretrainedSequenceTeacher
 
         teacher, tokenizer = load_teacher(path)

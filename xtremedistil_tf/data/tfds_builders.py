@@ -6,7 +6,7 @@ readers return, in file order (`disable_shuffling`), keyed by their index in the
 
 - `xd_msra`: manual_dir holds train_dev.char.bmes and test.char.bmes; splits train, dev (held out
   of train as load_splits does), test; configs `dev<fraction>_seed<seed>`, default `dev0.1_seed0`
-  (DataConfig's defaults).
+  (HOLDOUT_FRACTION and HOLDOUT_SEED of data/demo.py, DataConfig's defaults too).
 - `xd_wikiann_rahimi`: `<lang>/{train,dev,test}` (`LANG:TOKEN<TAB>TAG`); the config names the
   languages, `en` or `en+de+fr` (no default).
 - `xd_conll`: CoNLL column files `train` and, optionally, `dev` and `test`; without dev, dev is held
@@ -32,8 +32,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import tensorflow_datasets as tfds
 
-from xtremedistil_tf.data.demo import holdout_split
-from xtremedistil_tf.data.loading import DataConfig
+from xtremedistil_tf.data.demo import HOLDOUT_FRACTION, HOLDOUT_SEED, holdout_split
 from xtremedistil_tf.data.readers import read_char_bmes, read_conll, read_unlabeled, read_wikiann
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
@@ -165,11 +164,11 @@ def _held_out(read_train: Callable[[], List[Sentence]], config) -> Dict[str, Cal
 
 @dataclasses.dataclass(eq=False)
 class MsraConfig(ReaderConfig):
-    dev_fraction: float = DataConfig.dev_fraction
-    seed: int = DataConfig.seed
+    dev_fraction: float = HOLDOUT_FRACTION
+    seed: int = HOLDOUT_SEED
 
 
-def msra_config(dev_fraction: float = DataConfig.dev_fraction, seed: int = DataConfig.seed) -> MsraConfig:
+def msra_config(dev_fraction: float = HOLDOUT_FRACTION, seed: int = HOLDOUT_SEED) -> MsraConfig:
     """The config named `dev<fraction>_seed<seed>`: train/dev as holdout_split(train, dev_fraction, seed)."""
     return MsraConfig(name=f"dev{dev_fraction:g}_seed{seed}", dev_fraction=dev_fraction, seed=seed,
                       description=f"dev = holdout_split(train_dev, {dev_fraction:g}, seed={seed})")
@@ -272,8 +271,8 @@ class ConllConfig(ReaderConfig):
     tag_column: int = -1
     token_column: int = 0
     lang: Optional[str] = None
-    dev_fraction: float = DataConfig.dev_fraction  # used when manual_dir has no dev file
-    seed: int = DataConfig.seed
+    dev_fraction: float = HOLDOUT_FRACTION  # used when manual_dir has no dev file
+    seed: int = HOLDOUT_SEED
 
 
 class XdConll(_ReaderBuilder):

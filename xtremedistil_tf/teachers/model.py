@@ -1,6 +1,6 @@
 """A BERT-family encoder with a token-classification head, built through `transformers` Auto classes.
 
-Save layout (`TokenTeacher.save(dir)`, mirrored by `load_teacher(dir)`), in the spirit of
+Save layout (`TokenTeacher.save(dir)`, mirrored by `teachers.saved.load_teacher(dir)`), in the spirit of
 `save_pretrained`:
     dir/encoder/        the transformer and its tokenizer (`save_pretrained`)
     dir/head.npz        the classifier's kernel and bias
@@ -243,33 +243,6 @@ def build_teacher(name_or_path: str, labels: Sequence[str], max_seq_length: int 
     teacher = teacher_class(encoder, teacher_class.vocab_of(labels), max_seq_length, dropout)
     teacher.build_for_length()
     return teacher, load_tokenizer(name_or_path)
-
-
-def load_teacher(directory):
-    """Reload a teacher written by `TokenTeacher.save`, `CRFTokenTeacher.save`, `SequenceTeacher.save`
-    or `PretrainedTokenTeacher.save` (teacher.json says which); returns (teacher, tokenizer)."""
-    from transformers import TFAutoModel
-
-    directory = Path(directory)
-    meta_path = directory / "teacher.json"
-    if not meta_path.exists():
-        raise ConfigError(f"{directory} is not a saved teacher (no teacher.json)")
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ConfigError(f"{meta_path}: format_version {meta.get('format_version')} is not {FORMAT_VERSION}")
-    if meta.get("head") == "pretrained":
-        from xtremedistil_tf.teachers.pretrained import load_pretrained_teacher
-
-        return load_pretrained_teacher(directory, meta)
-    cls = TokenTeacher
-    if meta.get("head") == "crf":
-        from xtremedistil_tf.teachers.crf_head import CRFTokenTeacher as cls
-    elif meta.get("task") == "classification":
-        from xtremedistil_tf.teachers.classifier import SequenceTeacher as cls
-    teacher = cls.from_meta(TFAutoModel.from_pretrained(str(directory / "encoder")), meta)
-    teacher.build_for_length()
-    teacher.load_head(directory)
-    return teacher, load_tokenizer(str(directory / "encoder"))
 
 
 def write_random_teacher_dir(directory, vocab: Sequence[str], config_overrides: Optional[dict] = None):

@@ -16,7 +16,7 @@ the pipeline reads from a teacher is given over the data's labels:
   through the label map. Word predictions therefore equal the checkpoint's own argmax after the
   label mapping, whatever the two tag schemes.
 
-Save layout (`save(dir)`, read back by `teachers.model.load_teacher`):
+Save layout (`save(dir)`, read back by `teachers.saved.load_teacher`):
     dir/checkpoint/    the whole checkpoint and its tokenizer (`save_pretrained`, safetensors)
     dir/teacher.json   "head": "pretrained", the data's labels and scheme, max_seq_length
 """

@@ -1,6 +1,7 @@
 """Portable exports of a student: ONNX (tf2onnx, run by onnxruntime) and TFLite (the TFLite
 converter, builtin ops only, run by LiteRT), optionally quantized; and which format takes which
---quantize (`check_format`; a bfloat16 SavedModel is refused: see there).
+--quantize (`check_format`; a bfloat16 SavedModel, export.serving.export_student, only on a CPU
+with bfloat16 units: `cpu_has_bf16`).
 
 Both portable formats hold the graph of the SavedModel's `ids` signature without tokenization
 (export.serving.NerServing.portable_outputs): int32 input_ids, attention_mask [B, T] -> tag_ids,
@@ -46,7 +47,8 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether the CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16 in its flags)."""
+    """Whether the CPU computes bfloat16 natively: AVX512-BF16 or AMX-BF16 among the flags of
+    `cpuinfo` (tests pass a file of their own)."""
     try:
         flags = Path(cpuinfo).read_text().split()
     except OSError:
@@ -66,10 +68,8 @@ def check_format(fmt: str, quantize: str, cpuinfo: str = "/proc/cpuinfo") -> Non
                           f"{', '.join(SUPPORTED[fmt])})")
     if quantize == "bfloat16" and not cpu_has_bf16(cpuinfo):
         raise ConfigError("--quantize=bfloat16 needs a CPU with AVX512-BF16 or AMX-BF16 (none of "
-                          f"{', '.join(BF16_CPU_FLAGS)} in {cpuinfo}); emulated bfloat16 is slower than float32")
-    if quantize == "bfloat16":
-        raise ConfigError("--quantize=bfloat16 is not implemented yet: the served BiLSTM's fused kernel "
-                          "(BlockLSTMV2) has no bfloat16 kernel (issue 19)")
+                          f"{', '.join(BF16_CPU_FLAGS)} in {cpuinfo}; emulated bfloat16 is slower than float32): "
+                          "export with --quantize=none, or --format=onnx|tflite --quantize=dynamic_int8 for smaller weights")
 
 
 def portable_dir(export_dir, name: str, fmt: str, quantize: str) -> Path:

@@ -213,6 +213,53 @@ def test_served_graph_leaves_out_training_only_heads(tiny_tokenizer, tiny_tokeni
     np.testing.assert_allclose(serving.ids(ids, mask)["probs"].numpy()[mask == 1], expected[mask == 1], atol=1e-6)
 
 
+@pytest.mark.parametrize("architecture", ["bilstm", "transformer"])
+def test_bfloat16_served_graph_holds_bfloat16_weights_and_keeps_float32_outputs(architecture):
+    """NerServing(bfloat16=True) (bin/export --quantize=bfloat16): every served weight in bfloat16 (the
+    transformer's sublayers, made in its __init__, included), the same parameters, float32 outputs near
+    the float32 graph's but not equal to them."""
+    tf.keras.utils.set_random_seed(5)
+    if architecture == "bilstm":
+        model = build_bilstm_student(64, len(TAG_VOCAB), embedding_dim=8, hidden=8, teacher_hidden=12, dropout=0.0)
+    else:
+        model = build_transformer_student(64, len(TAG_VOCAB), embedding_dim=8, depth=1, heads=2, ffn=8,
+                                          teacher_hidden=8, max_length=8, dropout=0.0)
+    config = StudentMeta(TOY_LABELS, architecture=architecture, max_seq_length=8)
+    float32, bfloat16 = (NerServing(model, config, None, bfloat16=b) for b in (False, True))
+    assert {v.dtype for v in float32.student_variables} == {tf.float32}
+    assert {v.dtype for v in bfloat16.student_variables} == {tf.bfloat16}
+    assert bfloat16.served_parameters() == float32.served_parameters()
+    ids = np.array([[2, 60, 45, 33, 21, 50, 3], [2, 50, 40, 3, 0, 0, 0]], np.int32)
+    mask = (ids > 0).astype(np.int32)
+    expected, got = float32.ids(ids, mask), bfloat16.ids(ids, mask)
+    assert {k: v.dtype for k, v in got.items()} == {k: v.dtype for k, v in expected.items()}
+    difference = np.abs(got["probs"].numpy() - expected["probs"].numpy())[mask == 1]
+    assert 0 < difference.max() < 0.02
+
+
+def test_bfloat16_bilstm_scans_each_rows_real_pieces_as_the_fused_kernel():
+    """BlockLSTMV2 has no bfloat16 kernel: a bfloat16 BlockBiLSTM runs tf.scan, which gives the fused
+    kernel's states to bfloat16 precision on rows of different lengths (the backward direction starts at
+    each row's last real piece; weights large enough that a wrong start would show)."""
+    from xtremedistil_tf.export.student import in_bfloat16
+    from xtremedistil_tf.students.layers import BlockBiLSTM
+
+    inputs, mask = tf.keras.Input((None, 6)), tf.keras.Input((None,), dtype=tf.bool)
+    model = tf.keras.Model([inputs, mask], BlockBiLSTM(5, name="bilstm")(inputs, mask=mask))
+    rng = np.random.default_rng(3)
+    model.set_weights([rng.normal(0, 0.7, w.shape).astype(np.float32) for w in model.get_weights()])
+    x = rng.normal(0, 1, (3, 7, 6)).astype(np.float32)
+    real = np.arange(7) < np.array([[7], [4], [1]])
+    expected = model([x, real]).numpy()
+    got = in_bfloat16(model)([x, real])
+    assert got.dtype == tf.bfloat16
+    error = np.abs(got.numpy().astype(np.float32) - expected)[real]
+    assert error.max() < 0.02 < np.abs(expected).mean()
+    # Run from the padded end instead, the backward states differ by far more than bfloat16's rounding.
+    shifted = model([x, np.ones_like(real)]).numpy()
+    assert np.abs(shifted - expected)[real].max() > 0.2
+
+
 def test_states_heads_bypass_the_projection(tiny_tokenizer):
     """heads_on="states": the tags do not depend on the projection's weights (the paper's W^s h^s)."""
     model = build_bilstm_student(tiny_tokenizer.vocab_size, len(TAG_VOCAB), embedding_dim=8, hidden=8,

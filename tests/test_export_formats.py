@@ -250,7 +250,7 @@ def test_bfloat16_saved_model_computes_in_bfloat16_and_agrees_within_the_allowed
     assert real.sum() > 300
     disagreement = np.mean(got["tag_ids"].numpy()[real] != reference["tag_ids"].numpy()[real])
     assert disagreement <= ALLOWED_DISAGREEMENT["bfloat16"], f"{disagreement:.1%} of piece tags differ"
-    # bfloat16 rounds the probabilities too (8 bits: within 1%), but they are not float32's.
+    # bfloat16 rounds the probabilities too (8 significant bits), but they are not float32's.
     difference = np.abs(got["tag_probs"].numpy() - reference["tag_probs"].numpy())[real]
     assert 0 < difference.max() < 0.02
     spans = _spans(saved_model_predict(load_serving_fn(target), SHORT_TEXTS))

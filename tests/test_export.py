@@ -241,7 +241,7 @@ def test_bfloat16_bilstm_scans_each_rows_real_pieces_as_the_fused_kernel():
     """BlockLSTMV2 has no bfloat16 kernel: a bfloat16 BlockBiLSTM runs tf.scan, which gives the fused
     kernel's states to bfloat16 precision on rows of different lengths (the backward direction starts at
     each row's last real piece; weights large enough that a wrong start would show)."""
-    from xtremedistil_tf.export.student import in_bfloat16
+    from xtremedistil_tf.export.bfloat16 import in_bfloat16
     from xtremedistil_tf.students.layers import BlockBiLSTM
 
     inputs, mask = tf.keras.Input((None, 6)), tf.keras.Input((None,), dtype=tf.bool)

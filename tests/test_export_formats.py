@@ -15,8 +15,9 @@ import tensorflow as tf
 
 from conftest import EXPORT_TEXTS, REPO, TOY_LABELS, sticky_crf_student, toy_ner_sentences, train_toy_student
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.export import formats
-from xtremedistil_tf.export.formats import check_format, cpu_has_bf16, export_portable
+from xtremedistil_tf.export import bfloat16
+from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
+from xtremedistil_tf.export.formats import check_format, export_portable
 from xtremedistil_tf.export.predictor import load_serving_fn, predict as saved_model_predict
 from xtremedistil_tf.export.serving import NerServing, export_student, windows_of
 from xtremedistil_tf.export.student import StudentMeta, write_student_dir
@@ -231,7 +232,7 @@ def test_bfloat16_saved_model_computes_in_bfloat16_and_agrees_within_the_allowed
     """The bfloat16 SavedModel holds its weights in bfloat16 (half the float32 bytes) and runs its matmuls
     and BiLSTM in bfloat16; its signatures keep the float32 one's names and dtypes, and its tags and
     entities (through bin/predict's loader) agree with the float32 graph's within the allowed rate."""
-    target, _ = export_student(student_dir, tmp_path, "ner", quantize="bfloat16")
+    target, _ = export_student(student_dir, tmp_path, "ner", bfloat16=True)
     loaded = tf.saved_model.load(str(target))
     assert {v.dtype for v in loaded.student_variables} == {tf.bfloat16}
     assert _matmul_dtypes(loaded.signatures["ids"]) == {"bfloat16"}
@@ -273,6 +274,8 @@ def test_bfloat16_is_refused_in_one_line_on_cpus_without_bfloat16_units(tmp_path
     assert str(refused.value) == (f"--quantize=bfloat16 needs a CPU with AVX512-BF16 or AMX-BF16 (none of avx512_bf16, "
                                   f"amx_bf16 in {no_bf16}; emulated bfloat16 is slower than float32): export with "
                                   "--quantize=none, or --format=onnx|tflite --quantize=dynamic_int8 for smaller weights")
-    monkeypatch.setattr(formats, "cpu_has_bf16", lambda cpuinfo="/proc/cpuinfo": False)
-    with pytest.raises(ConfigError, match="^--quantize=bfloat16 needs a CPU with AVX512-BF16"):
-        export_student(tmp_path / "absent_student", tmp_path, quantize="bfloat16")  # not FileNotFoundError
+    monkeypatch.setattr(bfloat16, "cpu_has_bf16", lambda cpuinfo="/proc/cpuinfo": False)
+    for refuse in (lambda: check_format("saved_model", "bfloat16"),
+                   lambda: export_student(tmp_path / "absent_student", tmp_path, bfloat16=True)):  # not FileNotFoundError
+        with pytest.raises(ConfigError, match="^--quantize=bfloat16 needs a CPU with AVX512-BF16"):
+            refuse()

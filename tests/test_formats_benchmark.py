@@ -12,7 +12,7 @@ pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is not 
 
 def test_formats_table_on_a_tiny_work_dir(tmp_path, tiny_tokenizer, tiny_tokenizer_dir):
     from xtremedistil_tf.benchmarks.formats import VARIANTS, benchmark
-    from xtremedistil_tf.export.formats import cpu_has_bf16
+    from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
     from xtremedistil_tf.export.serving import NerServing
 
     work = tmp_path / "work"

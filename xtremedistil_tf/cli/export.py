@@ -91,7 +91,7 @@ def export() -> None:
     if FLAGS.format == "saved_model":
         target, module = export_student(student_dir, export_dir, FLAGS.model_name, FLAGS.version, FLAGS.overwrite,
                                         _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters,
-                                        _xla_lengths(), FLAGS.quantize)
+                                        _xla_lengths(), FLAGS.quantize == "bfloat16")
     else:
         exported = export_portable(student_dir, export_dir, FLAGS.model_name, FLAGS.format, FLAGS.quantize,
                                    FLAGS.overwrite, _prune_corpus(), FLAGS.prune_min_count,

@@ -23,8 +23,9 @@ from xtremedistil_tf.crf import ops as crf_ops
 from xtremedistil_tf.data.alignment import PAD_TAG
 from xtremedistil_tf.data.schemes import split_tag
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.export.bfloat16 import check_cpu, in_bfloat16
 from xtremedistil_tf.export.student import (CLASSIFIER, StudentMeta, block_bilstm, clone_replacing, check_servable,
-                                            in_bfloat16, load_student_dir, read_config, served_model)
+                                            load_student_dir, read_config, served_model)
 from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, pruned_embedding
 from xtremedistil_tf.io import atomic_dir
 
@@ -154,7 +155,7 @@ class NerServing(tf.Module):
         --xla_cpu_compilation_enabled=true (docs/serving.md). `unroll`: the BiLSTM is unrolled
         wherever the window length is static (BlockBiLSTM(unroll=True); export.formats traces TFLite
         graphs at fixed lengths with it), also without `xla_lengths`. `bfloat16`: the served model's
-        weights and computation in bfloat16 (export.student.in_bfloat16; bin/export
+        weights and computation in bfloat16 (export.bfloat16.in_bfloat16; bin/export
         --quantize=bfloat16); the signatures' outputs stay float32."""
         super().__init__(name="ner_serving")
         if config.decoder == CLASSIFIER:
@@ -361,19 +362,18 @@ def next_version(model_dir: Path) -> int:
 def export_student(student_dir, export_dir, name: str = "ner", version: int = 0, overwrite: bool = False,
                    prune_corpus: Sequence[Path] = (), min_count: int = 1,
                    keep_characters: bool = True, xla_lengths: Sequence[int] = (),
-                   quantize: str = "none") -> Tuple[Path, NerServing]:
+                   bfloat16: bool = False) -> Tuple[Path, NerServing]:
     """Writes <export_dir>/<name>/<version>/ (SavedModel with `serving_default` and `ids`);
     returns it and the module that was saved.
 
     version 0 means the next free version. `prune_corpus`, `xla_lengths` etc.: see NerServing.
-    `quantize`: "none", or "bfloat16" (weights stored and computed in bfloat16: NerServing's
-    `bfloat16`), refused on a CPU without bfloat16 units (export.formats.check_format).
+    `bfloat16` (bin/export --quantize=bfloat16): weights stored and computed in bfloat16 (as in
+    NerServing), refused on a CPU without bfloat16 units (export.bfloat16.check_cpu).
     assets.extra/ (which TF Serving ignores) gets the student's student.json (bin/predict and
     clients read the tags there) and the served vocab.txt (the ids the `ids` signature takes).
     """
-    from xtremedistil_tf.export.formats import check_format  # export.formats imports this module
-
-    check_format("saved_model", quantize)  # before any work
+    if bfloat16:
+        check_cpu()  # before any work
     student_dir = Path(student_dir)
     check_servable(read_config(student_dir), student_dir)  # before any work
     model_dir = Path(export_dir) / name
@@ -382,7 +382,7 @@ def export_student(student_dir, export_dir, name: str = "ner", version: int = 0,
     if target.exists() and not overwrite:
         raise ConfigError(f"{target} exists; pass --overwrite or another --version")
     module = NerServing.from_student_dir(student_dir, prune_corpus, min_count, keep_characters, xla_lengths,
-                                         bfloat16=quantize == "bfloat16")
+                                         bfloat16=bfloat16)
     signatures = {"serving_default": module.serve.get_concrete_function(),
                   "ids": module.ids.get_concrete_function()}
     with atomic_dir(target) as tmp:

@@ -144,29 +144,6 @@ def clone_replacing(model: tf.keras.Model, replacements: Dict[str, Replacement])
     return copy
 
 
-# bin/export --quantize=bfloat16 keeps this layer float32: the tag softmax, float32 under mixed
-# precision too (students/models.py), so near-ties between tags are not rounded into ties.
-FLOAT32_LAYERS = ("probs",)
-
-
-def in_bfloat16(model: tf.keras.Model) -> tf.keras.Model:
-    """A copy of functional `model` whose layers hold and compute in bfloat16 (Keras policy
-    "bfloat16": weights rounded to bfloat16, matmuls and the BiLSTM in bfloat16), except
-    FLOAT32_LAYERS; inputs keep their dtypes. Sublayers a layer makes in __init__ (e.g.
-    TransformerEncoder's) follow the global policy, which is "bfloat16" while the copy is made."""
-    def make(layer):
-        dtype = "float32" if layer.name in FLOAT32_LAYERS else "bfloat16"
-        return layer.__class__.from_config({**layer.get_config(), "dtype": dtype})
-
-    previous = tf.keras.mixed_precision.global_policy()
-    tf.keras.mixed_precision.set_global_policy("bfloat16")
-    try:
-        return clone_replacing(model, {layer.name: (make, lambda old, new: new.set_weights(old.get_weights()))
-                                       for layer in model.layers if not isinstance(layer, tf.keras.layers.InputLayer)})
-    finally:
-        tf.keras.mixed_precision.set_global_policy(previous)
-
-
 def block_bilstm(model: tf.keras.Model, unroll: bool = False) -> Dict[str, Replacement]:
     """The replacement of a student's sequence-returning `bilstm` by BlockBiLSTM (TensorFlow's
     fused LSTM kernel, or unrolled where the length is static: students.layers), or none when the

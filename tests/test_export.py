@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -213,21 +214,25 @@ def test_served_graph_leaves_out_training_only_heads(tiny_tokenizer, tiny_tokeni
     np.testing.assert_allclose(serving.ids(ids, mask)["probs"].numpy()[mask == 1], expected[mask == 1], atol=1e-6)
 
 
-@pytest.mark.parametrize("architecture", ["bilstm", "transformer"])
-def test_bfloat16_served_graph_holds_bfloat16_weights_and_keeps_float32_outputs(architecture):
-    """NerServing(bfloat16=True) (bin/export --quantize=bfloat16): every served weight in bfloat16 (the
-    transformer's sublayers, made in its __init__, included), the same parameters, float32 outputs near
-    the float32 graph's but not equal to them."""
+@pytest.mark.parametrize("student", ["bilstm", "transformer", "crf"])
+def test_bfloat16_served_graph_holds_bfloat16_weights_and_keeps_float32_outputs(student):
+    """NerServing(bfloat16=True) (bin/export --quantize=bfloat16): every weight of the served model in
+    bfloat16 (the transformer's sublayers, made in its __init__, included; a CRF keeps its float32
+    transitions), the same parameters, float32 outputs near the float32 graph's but not equal to them."""
     tf.keras.utils.set_random_seed(5)
-    if architecture == "bilstm":
-        model = build_bilstm_student(64, len(TAG_VOCAB), embedding_dim=8, hidden=8, teacher_hidden=12, dropout=0.0)
-    else:
+    if student == "transformer":
         model = build_transformer_student(64, len(TAG_VOCAB), embedding_dim=8, depth=1, heads=2, ffn=8,
                                           teacher_hidden=8, max_length=8, dropout=0.0)
-    config = StudentMeta(TOY_LABELS, architecture=architecture, max_seq_length=8)
+    elif student == "crf":
+        model = sticky_crf_student(SimpleNamespace(vocab_size=64))
+    else:
+        model = build_bilstm_student(64, len(TAG_VOCAB), embedding_dim=8, hidden=8, teacher_hidden=12, dropout=0.0)
+    config = StudentMeta(TOY_LABELS, architecture="transformer" if student == "transformer" else "bilstm",
+                         decoder="crf" if student == "crf" else "softmax", max_seq_length=8)
     float32, bfloat16 = (NerServing(model, config, None, bfloat16=b) for b in (False, True))
     assert {v.dtype for v in float32.student_variables} == {tf.float32}
-    assert {v.dtype for v in bfloat16.student_variables} == {tf.bfloat16}
+    assert {v.dtype for v in bfloat16._keras.model.variables} == {tf.bfloat16}
+    assert {v.dtype for v in bfloat16.student_variables} == {tf.bfloat16} | ({tf.float32} if student == "crf" else set())
     assert bfloat16.served_parameters() == float32.served_parameters()
     ids = np.array([[2, 60, 45, 33, 21, 50, 3], [2, 50, 40, 3, 0, 0, 0]], np.int32)
     mask = (ids > 0).astype(np.int32)
@@ -235,6 +240,8 @@ def test_bfloat16_served_graph_holds_bfloat16_weights_and_keeps_float32_outputs(
     assert {k: v.dtype for k, v in got.items()} == {k: v.dtype for k, v in expected.items()}
     difference = np.abs(got["probs"].numpy() - expected["probs"].numpy())[mask == 1]
     assert 0 < difference.max() < 0.02
+    if student == "crf":  # sticky transitions: Viterbi's path does not hang on the emissions' last bits
+        np.testing.assert_array_equal(got["tag_ids"].numpy(), expected["tag_ids"].numpy())
 
 
 def test_bfloat16_bilstm_scans_each_rows_real_pieces_as_the_fused_kernel():

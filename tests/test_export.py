@@ -267,6 +267,31 @@ def test_bfloat16_bilstm_scans_each_rows_real_pieces_as_the_fused_kernel():
     assert np.abs(shifted - expected)[real].max() > 0.2
 
 
+def test_bfloat16_is_refused_in_one_line_on_cpus_without_bfloat16_units(tmp_path, monkeypatch):
+    """cpu_has_bf16 reads the CPU flags (a file injected here); without avx512_bf16 or amx_bf16 the
+    bfloat16 SavedModel is refused before the student is read. Runs on every CPU."""
+    from xtremedistil_tf.export import bfloat16
+    from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
+    from xtremedistil_tf.export.formats import check_format
+
+    no_bf16, avx512_bf16, amx = tmp_path / "cpuinfo_avx2", tmp_path / "cpuinfo_avx512_bf16", tmp_path / "cpuinfo_amx"
+    no_bf16.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
+    avx512_bf16.write_text("flags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
+    amx.write_text("flags\t\t: fpu sse2 avx2 amx_bf16 amx_tile\n")
+    assert [cpu_has_bf16(str(p)) for p in (no_bf16, avx512_bf16, amx, tmp_path / "absent")] == [False, True, True, False]
+    check_format("saved_model", "bfloat16", cpuinfo=str(amx))
+    with pytest.raises(ConfigError) as refused:
+        check_format("saved_model", "bfloat16", cpuinfo=str(no_bf16))
+    assert str(refused.value) == (f"--quantize=bfloat16 needs a CPU with AVX512-BF16 or AMX-BF16 (none of avx512_bf16, "
+                                  f"amx_bf16 in {no_bf16}; emulated bfloat16 is slower than float32): export with "
+                                  "--quantize=none, or --format=onnx|tflite --quantize=dynamic_int8 for smaller weights")
+    monkeypatch.setattr(bfloat16, "cpu_has_bf16", lambda cpuinfo="/proc/cpuinfo": False)
+    for refuse in (lambda: check_format("saved_model", "bfloat16"),
+                   lambda: export_student(tmp_path / "absent_student", tmp_path, bfloat16=True)):  # not FileNotFoundError
+        with pytest.raises(ConfigError, match="^--quantize=bfloat16 needs a CPU with AVX512-BF16"):
+            refuse()
+
+
 def test_states_heads_bypass_the_projection(tiny_tokenizer):
     """heads_on="states": the tags do not depend on the projection's weights (the paper's W^s h^s)."""
     model = build_bilstm_student(tiny_tokenizer.vocab_size, len(TAG_VOCAB), embedding_dim=8, hidden=8,

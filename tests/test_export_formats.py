@@ -15,7 +15,6 @@ import tensorflow as tf
 
 from conftest import EXPORT_TEXTS, REPO, TOY_LABELS, sticky_crf_student, toy_ner_sentences, train_toy_student
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.export import bfloat16
 from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
 from xtremedistil_tf.export.formats import check_format, export_portable
 from xtremedistil_tf.export.predictor import load_serving_fn, predict as saved_model_predict
@@ -258,24 +257,3 @@ def test_bfloat16_saved_model_computes_in_bfloat16_and_agrees_within_the_allowed
     expected = _spans(_serving_entities(serving, SHORT_TEXTS))
     assert sum(len(r) for r in expected) > 40
     assert sum(a == b for a, b in zip(spans, expected)) >= (1 - 2 * ALLOWED_DISAGREEMENT["bfloat16"]) * len(SHORT_TEXTS) - 1
-
-
-def test_bfloat16_is_refused_in_one_line_on_cpus_without_bfloat16_units(tmp_path, monkeypatch):
-    """cpu_has_bf16 reads the CPU flags (a file injected here); without avx512_bf16 or amx_bf16 the
-    bfloat16 SavedModel is refused before the student is read."""
-    no_bf16, avx512_bf16, amx = tmp_path / "cpuinfo_avx2", tmp_path / "cpuinfo_avx512_bf16", tmp_path / "cpuinfo_amx"
-    no_bf16.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
-    avx512_bf16.write_text("flags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
-    amx.write_text("flags\t\t: fpu sse2 avx2 amx_bf16 amx_tile\n")
-    assert [cpu_has_bf16(str(p)) for p in (no_bf16, avx512_bf16, amx, tmp_path / "absent")] == [False, True, True, False]
-    check_format("saved_model", "bfloat16", cpuinfo=str(amx))
-    with pytest.raises(ConfigError) as refused:
-        check_format("saved_model", "bfloat16", cpuinfo=str(no_bf16))
-    assert str(refused.value) == (f"--quantize=bfloat16 needs a CPU with AVX512-BF16 or AMX-BF16 (none of avx512_bf16, "
-                                  f"amx_bf16 in {no_bf16}; emulated bfloat16 is slower than float32): export with "
-                                  "--quantize=none, or --format=onnx|tflite --quantize=dynamic_int8 for smaller weights")
-    monkeypatch.setattr(bfloat16, "cpu_has_bf16", lambda cpuinfo="/proc/cpuinfo": False)
-    for refuse in (lambda: check_format("saved_model", "bfloat16"),
-                   lambda: export_student(tmp_path / "absent_student", tmp_path, bfloat16=True)):  # not FileNotFoundError
-        with pytest.raises(ConfigError, match="^--quantize=bfloat16 needs a CPU with AVX512-BF16"):
-            refuse()

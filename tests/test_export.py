@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -211,6 +212,84 @@ def test_served_graph_leaves_out_training_only_heads(tiny_tokenizer, tiny_tokeni
     mask = (ids > 0).astype(np.int32)
     expected = model({"input_ids": ids, "attention_mask": mask})["probs"].numpy()
     np.testing.assert_allclose(serving.ids(ids, mask)["probs"].numpy()[mask == 1], expected[mask == 1], atol=1e-6)
+
+
+@pytest.mark.parametrize("student", ["bilstm", "transformer", "crf"])
+def test_bfloat16_served_graph_holds_bfloat16_weights_and_keeps_float32_outputs(student):
+    """NerServing(bfloat16=True) (bin/export --quantize=bfloat16): every weight of the served model in
+    bfloat16 (the transformer's sublayers, made in its __init__, included; a CRF keeps its float32
+    transitions), the same parameters, float32 outputs near the float32 graph's but not equal to them."""
+    tf.keras.utils.set_random_seed(5)
+    if student == "transformer":
+        model = build_transformer_student(64, len(TAG_VOCAB), embedding_dim=8, depth=1, heads=2, ffn=8,
+                                          teacher_hidden=8, max_length=8, dropout=0.0)
+    elif student == "crf":
+        model = sticky_crf_student(SimpleNamespace(vocab_size=64))
+    else:
+        model = build_bilstm_student(64, len(TAG_VOCAB), embedding_dim=8, hidden=8, teacher_hidden=12, dropout=0.0)
+    config = StudentMeta(TOY_LABELS, architecture="transformer" if student == "transformer" else "bilstm",
+                         decoder="crf" if student == "crf" else "softmax", max_seq_length=8)
+    float32, bfloat16 = (NerServing(model, config, None, bfloat16=b) for b in (False, True))
+    assert {v.dtype for v in float32.student_variables} == {tf.float32}
+    assert {v.dtype for v in bfloat16._keras.model.variables} == {tf.bfloat16}
+    assert {v.dtype for v in bfloat16.student_variables} == {tf.bfloat16} | ({tf.float32} if student == "crf" else set())
+    assert bfloat16.served_parameters() == float32.served_parameters()
+    ids = np.array([[2, 60, 45, 33, 21, 50, 3], [2, 50, 40, 3, 0, 0, 0]], np.int32)
+    mask = (ids > 0).astype(np.int32)
+    expected, got = float32.ids(ids, mask), bfloat16.ids(ids, mask)
+    assert {k: v.dtype for k, v in got.items()} == {k: v.dtype for k, v in expected.items()}
+    difference = np.abs(got["probs"].numpy() - expected["probs"].numpy())[mask == 1]
+    assert 0 < difference.max() < 0.02
+    if student == "crf":  # sticky transitions: Viterbi's path does not hang on the emissions' last bits
+        np.testing.assert_array_equal(got["tag_ids"].numpy(), expected["tag_ids"].numpy())
+
+
+def test_bfloat16_bilstm_scans_each_rows_real_pieces_as_the_fused_kernel():
+    """BlockLSTMV2 has no bfloat16 kernel: a bfloat16 BlockBiLSTM runs tf.scan, which gives the fused
+    kernel's states to bfloat16 precision on rows of different lengths (the backward direction starts at
+    each row's last real piece; weights large enough that a wrong start would show)."""
+    from xtremedistil_tf.export.bfloat16 import in_bfloat16
+    from xtremedistil_tf.students.layers import BlockBiLSTM
+
+    inputs, mask = tf.keras.Input((None, 6)), tf.keras.Input((None,), dtype=tf.bool)
+    model = tf.keras.Model([inputs, mask], BlockBiLSTM(5, name="bilstm")(inputs, mask=mask))
+    rng = np.random.default_rng(3)
+    model.set_weights([rng.normal(0, 0.7, w.shape).astype(np.float32) for w in model.get_weights()])
+    x = rng.normal(0, 1, (3, 7, 6)).astype(np.float32)
+    real = np.arange(7) < np.array([[7], [4], [1]])
+    expected = model([x, real]).numpy()
+    got = in_bfloat16(model)([x, real])
+    assert got.dtype == tf.bfloat16
+    error = np.abs(got.numpy().astype(np.float32) - expected)[real]
+    assert error.max() < 0.02 < np.abs(expected).mean()
+    # Run from the padded end instead, the backward states differ by far more than bfloat16's rounding.
+    shifted = model([x, np.ones_like(real)]).numpy()
+    assert np.abs(shifted - expected)[real].max() > 0.2
+
+
+def test_bfloat16_is_refused_in_one_line_on_cpus_without_bfloat16_units(tmp_path, monkeypatch):
+    """cpu_has_bf16 reads the CPU flags (a file injected here); without avx512_bf16 or amx_bf16 the
+    bfloat16 SavedModel is refused before the student is read. Runs on every CPU."""
+    from xtremedistil_tf.export import bfloat16
+    from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
+    from xtremedistil_tf.export.formats import check_format
+
+    no_bf16, avx512_bf16, amx = tmp_path / "cpuinfo_avx2", tmp_path / "cpuinfo_avx512_bf16", tmp_path / "cpuinfo_amx"
+    no_bf16.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
+    avx512_bf16.write_text("flags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
+    amx.write_text("flags\t\t: fpu sse2 avx2 amx_bf16 amx_tile\n")
+    assert [cpu_has_bf16(str(p)) for p in (no_bf16, avx512_bf16, amx, tmp_path / "absent")] == [False, True, True, False]
+    check_format("saved_model", "bfloat16", cpuinfo=str(amx))
+    with pytest.raises(ConfigError) as refused:
+        check_format("saved_model", "bfloat16", cpuinfo=str(no_bf16))
+    assert str(refused.value) == (f"--quantize=bfloat16 needs a CPU with AVX512-BF16 or AMX-BF16 (none of avx512_bf16, "
+                                  f"amx_bf16 in {no_bf16}; emulated bfloat16 is slower than float32): export with "
+                                  "--quantize=none, or --format=onnx|tflite --quantize=dynamic_int8 for smaller weights")
+    monkeypatch.setattr(bfloat16, "cpu_has_bf16", lambda cpuinfo="/proc/cpuinfo": False)
+    for refuse in (lambda: check_format("saved_model", "bfloat16"),
+                   lambda: export_student(tmp_path / "absent_student", tmp_path, bfloat16=True)):  # not FileNotFoundError
+        with pytest.raises(ConfigError, match="^--quantize=bfloat16 needs a CPU with AVX512-BF16"):
+            refuse()
 
 
 def test_states_heads_bypass_the_projection(tiny_tokenizer):

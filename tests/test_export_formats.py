@@ -15,9 +15,10 @@ import tensorflow as tf
 
 from conftest import EXPORT_TEXTS, REPO, TOY_LABELS, sticky_crf_student, toy_ner_sentences, train_toy_student
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
 from xtremedistil_tf.export.formats import check_format, export_portable
-from xtremedistil_tf.export.predictor import predict as saved_model_predict
-from xtremedistil_tf.export.serving import NerServing
+from xtremedistil_tf.export.predictor import load_serving_fn, predict as saved_model_predict
+from xtremedistil_tf.export.serving import NerServing, export_student, windows_of
 from xtremedistil_tf.export.student import StudentMeta, write_student_dir
 
 tf2onnx = pytest.importorskip("tf2onnx", reason="tf2onnx is not installed (requirements.txt pins it)")
@@ -33,8 +34,10 @@ TFLITE_LENGTHS = (16, 32)
 SHORT_TEXTS = EXPORT_TEXTS[:4] + [" ".join(s.tokens) for s in toy_ner_sentences(40, seed=11)]
 LONG_TEXT = EXPORT_TEXTS[4]
 # Allowed share of piece tags that differ from the float32 SavedModel's: quantized weights move the
-# probabilities a little, so near-ties may flip. float16 keeps 11 mantissa bits, int8 only 8 bits in all.
-ALLOWED_DISAGREEMENT = {"none": 0.0, "float16": 0.01, "dynamic_int8": 0.05}
+# probabilities a little, so near-ties may flip. float16 keeps 11 mantissa bits, int8 only 8 bits in all;
+# bfloat16 keeps 8 and computes in them too (the BiLSTM's states included).
+ALLOWED_DISAGREEMENT = {"none": 0.0, "float16": 0.01, "dynamic_int8": 0.05, "bfloat16": 0.02}
+MATMULS = ("MatMul", "BatchMatMulV2", "Einsum", "BlockLSTMV2")
 
 
 @pytest.fixture(scope="module")
@@ -204,13 +207,6 @@ def test_bad_format_and_quantization_pairs_fail_in_one_line(tmp_path, student_di
                                    ("coreml", "none", "--format=coreml: expected one of")]:
         with pytest.raises(ConfigError, match=message):
             check_format(fmt, quantize)
-    no_bf16, bf16 = tmp_path / "cpuinfo_avx2", tmp_path / "cpuinfo_amx"
-    no_bf16.write_text("flags\t\t: fpu sse2 avx2 avx512f\n")
-    bf16.write_text("flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
-    with pytest.raises(ConfigError, match="needs a CPU with AVX512-BF16 or AMX-BF16"):
-        check_format("saved_model", "bfloat16", cpuinfo=str(no_bf16))
-    with pytest.raises(ConfigError, match="bfloat16 is not implemented yet"):
-        check_format("saved_model", "bfloat16", cpuinfo=str(bf16))
     with pytest.raises(ConfigError, match="ONNX exports keep the window length dynamic"):
         export_portable(student_dir, tmp_path, fmt="onnx", lengths=[16])
     # bin/export refuses before loading anything: one line on stderr, exit 2.
@@ -220,3 +216,44 @@ def test_bad_format_and_quantization_pairs_fail_in_one_line(tmp_path, student_di
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == ("error: --format=onnx does not support --quantize=float16 "
                                                      "(it supports none, dynamic_int8)")
+
+
+def _matmul_dtypes(function) -> set:
+    """The dtypes of the matmuls (and fused LSTM kernels) in a concrete function's graph and its library."""
+    graph = function.graph.as_graph_def()
+    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+    return {tf.dtypes.as_dtype(n.attr["T"].type).name for n in nodes if n.op in MATMULS}
+
+
+@pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU has neither avx512_bf16 nor amx_bf16 in /proc/cpuinfo: "
+                                                "bin/export refuses --quantize=bfloat16 here")
+def test_bfloat16_saved_model_computes_in_bfloat16_and_agrees_within_the_allowed_rate(student_dir, serving, tmp_path):
+    """The bfloat16 SavedModel holds its weights in bfloat16 (half the float32 bytes) and runs its matmuls
+    and BiLSTM in bfloat16; its signatures keep the float32 one's names and dtypes, and its tags and
+    entities (through bin/predict's loader) agree with the float32 graph's within the allowed rate."""
+    target, _ = export_student(student_dir, tmp_path, "ner", bfloat16=True)
+    loaded = tf.saved_model.load(str(target))
+    assert {v.dtype for v in loaded.student_variables} == {tf.bfloat16}
+    assert _matmul_dtypes(loaded.signatures["ids"]) == {"bfloat16"}
+    assert _matmul_dtypes(serving.ids.get_concrete_function()) == {"float32"}
+    weights = sum(p.stat().st_size for p in (target / "variables").glob("variables.data-*"))
+    assert 2 * serving.served_parameters() <= weights < 2.5 * serving.served_parameters()
+    for name in ("serving_default", "ids"):
+        float32_outputs = getattr(serving, "serve" if name == "serving_default" else "ids").get_concrete_function()
+        assert ({k: t.dtype for k, t in loaded.signatures[name].structured_outputs.items()}
+                == {k: t.dtype for k, t in float32_outputs.structured_outputs.items()})
+    pieces = serving.tokenizer.tokenize(tf.constant(SHORT_TEXTS))
+    input_ids, attention_mask, _ = windows_of(pieces, None, *(serving.vocab.index(p) for p in ("[CLS]", "[SEP]", "[PAD]")))
+    reference = serving.ids(input_ids, attention_mask)
+    got = loaded.signatures["ids"](input_ids=input_ids, attention_mask=attention_mask)
+    real = attention_mask.numpy() == 1
+    assert real.sum() > 300
+    disagreement = np.mean(got["tag_ids"].numpy()[real] != reference["tag_ids"].numpy()[real])
+    assert disagreement <= ALLOWED_DISAGREEMENT["bfloat16"], f"{disagreement:.1%} of piece tags differ"
+    # bfloat16 rounds the probabilities too (8 significant bits), but they are not float32's.
+    difference = np.abs(got["tag_probs"].numpy() - reference["tag_probs"].numpy())[real]
+    assert 0 < difference.max() < 0.02
+    spans = _spans(saved_model_predict(load_serving_fn(target), SHORT_TEXTS))
+    expected = _spans(_serving_entities(serving, SHORT_TEXTS))
+    assert sum(len(r) for r in expected) > 40
+    assert sum(a == b for a, b in zip(spans, expected)) >= (1 - 2 * ALLOWED_DISAGREEMENT["bfloat16"]) * len(SHORT_TEXTS) - 1

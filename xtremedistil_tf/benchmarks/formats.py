@@ -14,7 +14,7 @@ through fork) is that runtime's alone. In it, from raw text to entities:
   text a call) and per call of 32 texts (the same texts), after one warm-up pass; --repeats passes.
 Size is the model file (ONNX, TFLite) or the SavedModel directory without assets.extra; parameters
 are the served graph's (the same for every variant). A variant the machine or format cannot run
-(bfloat16 without AVX512-BF16/AMX) gets a row saying why.
+(bfloat16 without AVX512-BF16/AMX: export.bfloat16) gets a row saying why.
 """
 from __future__ import annotations
 
@@ -132,7 +132,9 @@ def export_variant(student_dir, out_dir, fmt: str, quantize: str, lengths: Seque
     if fmt != "saved_model":
         return export_portable(student_dir, out_dir, "ner", fmt, quantize, overwrite=True,
                                lengths=lengths if fmt == "tflite" else ())
-    target, module = export_student(student_dir, out_dir, "ner", version=1, overwrite=True)
+    name = "ner" if quantize == "none" else f"ner-{quantize}"
+    target, module = export_student(student_dir, out_dir, name, version=1, overwrite=True,
+                                    bfloat16=quantize == "bfloat16")
     return Exported(target, target, module)
 
 

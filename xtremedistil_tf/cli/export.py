@@ -5,6 +5,7 @@
     bin/export --work_dir=runs/demo --prune_vocab       # serve only the pieces the training data uses
     bin/export --work_dir=runs/demo --format=onnx --quantize=dynamic_int8   # runs/demo/export/ner-onnx-dynamic_int8/
     bin/export --work_dir=runs/demo --format=tflite --xla_lengths=32,128    # runs/demo/export/ner-tflite/
+    bin/export --work_dir=runs/demo --quantize=bfloat16   # a SavedModel in bfloat16 (CPUs with AVX512-BF16/AMX)
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def export() -> None:
     if FLAGS.format == "saved_model":
         target, module = export_student(student_dir, export_dir, FLAGS.model_name, FLAGS.version, FLAGS.overwrite,
                                         _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters,
-                                        _xla_lengths())
+                                        _xla_lengths(), FLAGS.quantize == "bfloat16")
     else:
         exported = export_portable(student_dir, export_dir, FLAGS.model_name, FLAGS.format, FLAGS.quantize,
                                    FLAGS.overwrite, _prune_corpus(), FLAGS.prune_min_count,

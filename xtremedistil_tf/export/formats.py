@@ -1,6 +1,6 @@
 """Portable exports of a student: ONNX (tf2onnx, run by onnxruntime) and TFLite (the TFLite
 converter, builtin ops only, run by LiteRT), optionally quantized; and which format takes which
---quantize (`check_format`; a bfloat16 SavedModel is refused: see there).
+--quantize (`check_format`; a bfloat16 SavedModel only on a CPU with bfloat16 units: export.bfloat16).
 
 Both portable formats hold the graph of the SavedModel's `ids` signature without tokenization
 (export.serving.NerServing.portable_outputs): int32 input_ids, attention_mask [B, T] -> tag_ids,
@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.export import bfloat16
 from xtremedistil_tf.export.serving import NerServing, tag_tables
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
 
@@ -42,16 +43,6 @@ SUPPORTED = {
 }
 MODEL_FILES = {"onnx": "model.onnx", "tflite": "model.tflite"}
 ONNX_OPSET = 17
-BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether the CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16 in its flags)."""
-    try:
-        flags = Path(cpuinfo).read_text().split()
-    except OSError:
-        return False
-    return any(flag in flags for flag in BF16_CPU_FLAGS)
 
 
 def check_format(fmt: str, quantize: str, cpuinfo: str = "/proc/cpuinfo") -> None:
@@ -64,12 +55,8 @@ def check_format(fmt: str, quantize: str, cpuinfo: str = "/proc/cpuinfo") -> Non
     if quantize not in SUPPORTED[fmt]:
         raise ConfigError(f"--format={fmt} does not support --quantize={quantize} (it supports "
                           f"{', '.join(SUPPORTED[fmt])})")
-    if quantize == "bfloat16" and not cpu_has_bf16(cpuinfo):
-        raise ConfigError("--quantize=bfloat16 needs a CPU with AVX512-BF16 or AMX-BF16 (none of "
-                          f"{', '.join(BF16_CPU_FLAGS)} in {cpuinfo}); emulated bfloat16 is slower than float32")
     if quantize == "bfloat16":
-        raise ConfigError("--quantize=bfloat16 is not implemented yet: the served BiLSTM's fused kernel "
-                          "(BlockLSTMV2) has no bfloat16 kernel (issue 19)")
+        bfloat16.check_cpu(cpuinfo)
 
 
 def portable_dir(export_dir, name: str, fmt: str, quantize: str) -> Path:

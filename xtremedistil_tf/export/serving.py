@@ -23,6 +23,7 @@ from xtremedistil_tf.crf import ops as crf_ops
 from xtremedistil_tf.data.alignment import PAD_TAG
 from xtremedistil_tf.data.schemes import split_tag
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.export.bfloat16 import check_cpu, in_bfloat16
 from xtremedistil_tf.export.student import (CLASSIFIER, StudentMeta, block_bilstm, clone_replacing, check_servable,
                                             load_student_dir, read_config, served_model)
 from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, pruned_embedding
@@ -142,7 +143,8 @@ class NerServing(tf.Module):
     """The student plus its tokenizer and decoding, with `serve` (strings) and `ids` (pieces)."""
 
     def __init__(self, model: tf.keras.Model, config: StudentMeta, vocab: Optional[List[str]],
-                 keep_ids: Optional[np.ndarray] = None, xla_lengths: Sequence[int] = (), unroll: bool = False):
+                 keep_ids: Optional[np.ndarray] = None, xla_lengths: Sequence[int] = (), unroll: bool = False,
+                 bfloat16: bool = False):
         """`vocab`: the WordPiece vocabulary of the in-graph tokenizer; None for a module whose only
         entry is `ids` (or `decode_windows`), as the Python tagger of a student of another tokenizer
         family uses (export.predictor), and which `export_student` never saves.
@@ -152,7 +154,9 @@ class NerServing(tf.Module):
         longer ones and single windows to the fused kernel. TF Serving runs the XLA graphs only with
         --xla_cpu_compilation_enabled=true (docs/serving.md). `unroll`: the BiLSTM is unrolled
         wherever the window length is static (BlockBiLSTM(unroll=True); export.formats traces TFLite
-        graphs at fixed lengths with it), also without `xla_lengths`."""
+        graphs at fixed lengths with it), also without `xla_lengths`. `bfloat16`: the served model's
+        weights and computation in bfloat16 (export.bfloat16.in_bfloat16; bin/export
+        --quantize=bfloat16); the signatures' outputs stay float32."""
         super().__init__(name="ner_serving")
         if config.decoder == CLASSIFIER:
             raise ConfigError("this student is a sentence classifier; bin/export serves taggers only. Load it "
@@ -169,6 +173,8 @@ class NerServing(tf.Module):
             vocab = [vocab[i] for i in keep_ids]
         if replacements:
             served = clone_replacing(served, replacements)
+        if bfloat16:
+            served = in_bfloat16(served)
         self.vocab = vocab
         self._keras = _Untracked(model=served)
         self._xla_lengths = sorted({int(n) for n in xla_lengths})
@@ -201,9 +207,9 @@ class NerServing(tf.Module):
     @classmethod
     def from_student_dir(cls, student_dir, prune_corpus: Sequence[Path] = (), min_count: int = 1,
                          keep_characters: bool = True, xla_lengths: Sequence[int] = (),
-                         unroll: bool = False) -> "NerServing":
+                         unroll: bool = False, bfloat16: bool = False) -> "NerServing":
         """The saved student; with `prune_corpus`, serving only the pieces those texts use
-        (export.vocabulary); `xla_lengths`, `unroll` as in __init__. A student of a tokenizer other than
+        (export.vocabulary); `xla_lengths`, `unroll`, `bfloat16` as in __init__. A student of a tokenizer other than
         WordPiece is refused (export.student.check_servable)."""
         check_servable(read_config(student_dir), student_dir)
         model, config, vocab = load_student_dir(student_dir)
@@ -211,7 +217,7 @@ class NerServing(tf.Module):
         if prune_corpus:
             counts = piece_counts(corpus_texts(prune_corpus), vocab, config.lower_case)
             keep_ids = kept_piece_ids(counts, vocab, min_count, keep_characters)
-        return cls(model, config, vocab, keep_ids, xla_lengths, unroll)
+        return cls(model, config, vocab, keep_ids, xla_lengths, unroll, bfloat16)
 
     def _fixed_length_fn(self, length: int):
         """The served model under XLA on windows of exactly `length` pieces (unrolled BiLSTM)."""
@@ -355,14 +361,19 @@ def next_version(model_dir: Path) -> int:
 
 def export_student(student_dir, export_dir, name: str = "ner", version: int = 0, overwrite: bool = False,
                    prune_corpus: Sequence[Path] = (), min_count: int = 1,
-                   keep_characters: bool = True, xla_lengths: Sequence[int] = ()) -> Tuple[Path, NerServing]:
+                   keep_characters: bool = True, xla_lengths: Sequence[int] = (),
+                   bfloat16: bool = False) -> Tuple[Path, NerServing]:
     """Writes <export_dir>/<name>/<version>/ (SavedModel with `serving_default` and `ids`);
     returns it and the module that was saved.
 
     version 0 means the next free version. `prune_corpus`, `xla_lengths` etc.: see NerServing.
+    `bfloat16` (bin/export --quantize=bfloat16): weights stored and computed in bfloat16 (as in
+    NerServing), refused on a CPU without bfloat16 units (export.bfloat16.check_cpu).
     assets.extra/ (which TF Serving ignores) gets the student's student.json (bin/predict and
     clients read the tags there) and the served vocab.txt (the ids the `ids` signature takes).
     """
+    if bfloat16:
+        check_cpu()  # before any work
     student_dir = Path(student_dir)
     check_servable(read_config(student_dir), student_dir)  # before any work
     model_dir = Path(export_dir) / name
@@ -370,7 +381,8 @@ def export_student(student_dir, export_dir, name: str = "ner", version: int = 0,
     target = model_dir / str(version)
     if target.exists() and not overwrite:
         raise ConfigError(f"{target} exists; pass --overwrite or another --version")
-    module = NerServing.from_student_dir(student_dir, prune_corpus, min_count, keep_characters, xla_lengths)
+    module = NerServing.from_student_dir(student_dir, prune_corpus, min_count, keep_characters, xla_lengths,
+                                         bfloat16=bfloat16)
     signatures = {"serving_default": module.serve.get_concrete_function(),
                   "ids": module.ids.get_concrete_function()}
     with atomic_dir(target) as tmp:

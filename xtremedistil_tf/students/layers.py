@@ -5,6 +5,10 @@ import numpy as np
 import tensorflow as tf
 
 
+# The dtypes of TensorFlow's fused LSTM kernel (BlockLSTMV2).
+BLOCK_LSTM_DTYPES = (tf.float32, tf.float16)
+
+
 @tf.keras.utils.register_keras_serializable(package="xtremedistil_tf")
 class SequenceMask(tf.keras.layers.Layer):
     """attention_mask [B, T] (0/1 ints) -> boolean mask [B, T] for masked RNN layers.
@@ -96,6 +100,10 @@ class BlockBiLSTM(tf.keras.layers.Layer):
     matmul of all steps hoisted out, so XLA fuses each step's gate arithmetic: the fastest graph at
     batch 32 (docs/benchmarks.md; one batched matmul for both directions, or masking each step, were
     1.3-1.4x slower). Without a static T it falls back to the kernel.
+
+    `BlockLSTMV2` takes float32 and float16 only, so a bfloat16 layer (bin/export
+    --quantize=bfloat16) runs each direction as a `tf.scan` over T of the same step (the recurrent
+    matmul and gates in bfloat16), with the input matmul of all steps hoisted out, as unrolled.
     """
 
     def __init__(self, units: int, unroll: bool = False, **kwargs):
@@ -126,6 +134,8 @@ class BlockBiLSTM(tf.keras.layers.Layer):
         lengths = self.row_lengths(inputs, mask)
         if self.unroll and inputs.shape[1] is not None:
             return self._unrolled(inputs, lengths)
+        if inputs.dtype not in BLOCK_LSTM_DTYPES:
+            return self._scanned(inputs, lengths)
         batch, steps = tf.shape(inputs)[0], tf.shape(inputs)[1]
         time_major = tf.transpose(inputs, [1, 0, 2])
         zeros = tf.zeros(tf.stack([batch, self.units]), inputs.dtype)
@@ -145,23 +155,48 @@ class BlockBiLSTM(tf.keras.layers.Layer):
         return tf.transpose(states, [1, 0, 2])
 
     def _unrolled(self, inputs, lengths):
+        return self._bidirectional(self._unrolled_direction, inputs, lengths)
+
+    def _scanned(self, inputs, lengths):
+        return self._bidirectional(self._scanned_direction, inputs, lengths)
+
+    @staticmethod
+    def _bidirectional(direction, inputs, lengths):
+        """[forward states, backward states over each row's real positions reversed] of `inputs` [B, T, D]."""
         def reverse(x):
             return tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)
 
-        return tf.concat([self._unrolled_direction(0, inputs), reverse(self._unrolled_direction(1, reverse(inputs)))],
-                         axis=-1)
+        return tf.concat([direction(0, inputs), reverse(direction(1, reverse(inputs)))], axis=-1)
+
+    def _projected(self, k: int, inputs):
+        """The input matmul of all steps of direction k, hoisted out of the recurrence: [T, B, 4H]."""
+        return tf.einsum("btd,dg->tbg", inputs, self.kernel[k]) + self.bias[k]
+
+    def _step(self, k: int, projected_t, h, c):
+        """One LSTM step of direction k from its projected input [B, 4H] and states h, c [B, H] -> (h, c)."""
+        i, f, g, o = tf.split(projected_t + tf.matmul(h, self.recurrent_kernel[k]), 4, axis=-1)
+        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+        return tf.sigmoid(o) * tf.tanh(c), c
+
+    def _zero_state(self, inputs):
+        return tf.zeros(tf.stack([tf.shape(inputs)[0], self.units]), inputs.dtype)
 
     def _unrolled_direction(self, k: int, inputs):
         """The states [B, T, H] of direction k over `inputs` [B, T, D] (static T) from zero states."""
-        projected = tf.einsum("btd,dg->tbg", inputs, self.kernel[k]) + self.bias[k]  # [T, B, 4H]
-        h = c = tf.zeros(tf.stack([tf.shape(inputs)[0], self.units]), inputs.dtype)
+        projected = self._projected(k, inputs)
+        h = c = self._zero_state(inputs)
         states = []
         for t in range(inputs.shape[1]):
-            i, f, g, o = tf.split(projected[t] + tf.matmul(h, self.recurrent_kernel[k]), 4, axis=-1)
-            c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
-            h = tf.sigmoid(o) * tf.tanh(c)
+            h, c = self._step(k, projected[t], h, c)
             states.append(h)
         return tf.stack(states, axis=1)
+
+    def _scanned_direction(self, k: int, inputs):
+        """_unrolled_direction as a tf.scan over any T."""
+        zeros = self._zero_state(inputs)
+        h, _ = tf.scan(lambda state, projected_t: self._step(k, projected_t, *state), self._projected(k, inputs),
+                       initializer=(zeros, zeros))
+        return tf.transpose(h, [1, 0, 2])
 
     def compute_mask(self, inputs, mask=None):
         return mask

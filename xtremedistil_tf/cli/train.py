@@ -120,6 +120,9 @@ flags.DEFINE_integer("kbest", 5, "K of the teacher's k-best Viterbi surrogates (
 flags.DEFINE_list("mg_losses", ["hard", "seq_ce", "seq_fuzzy"],
                   "Loss terms: hard, seq_ce, seq_fuzzy, token_em, token_pos (default: the paper's SEQ, Eq. 8).")
 flags.DEFINE_enum("loss_weighting", "uncertainty", ["uncertainty", "equal"], "How the loss terms are combined.")
+flags.DEFINE_enum("token_loss", "ce", ["ce", "kl"],
+                  "token_em and token_pos as Eq. 10's cross-entropy (ce) or as the KL, which is 0 at a perfect match "
+                  "(kl; under uncertainty weighting its lambda then grows without bound). docs/multigrained.md.")
 flags.DEFINE_integer("student_epochs", 30, "Epochs of multi-grained training (best dev F1 is kept).")
 flags.DEFINE_bool("use_unlabeled", True, "Train on the unlabeled transfer sentences too (the paper's DA).")
 
@@ -237,6 +240,7 @@ def config_from_flags():
                               hidden_dtype=FLAGS.hidden_dtype, kbest=FLAGS.kbest if multigrained else 0)
     student = StudentConfig(
         method=FLAGS.method, losses=tuple(FLAGS.mg_losses), loss_weighting=FLAGS.loss_weighting,
+        token_loss=FLAGS.token_loss,
         kbest=FLAGS.kbest, epochs=FLAGS.student_epochs, use_unlabeled=FLAGS.use_unlabeled,
         architecture=FLAGS.student_architecture, embedding_dim=FLAGS.student_embedding_dim,
         hidden=FLAGS.student_hidden, depth=FLAGS.student_depth, heads=FLAGS.student_heads, ffn=FLAGS.student_ffn,

@@ -350,3 +350,42 @@ def test_bin_ablate_seeds_trains_a_student_per_seed_from_one_teacher_and_reports
     assert d1[5] == f"{pct(np.mean(pooled))} ± {pct(np.std(pooled, ddof=1))}"
     # Table 4 of each seed's student.
     assert report.index("seed 1:") < report.index("seed 2:")
+
+
+# ----------------------------------------------------------------------------- --transfer_from_train_rest
+
+def test_transfer_from_train_rest_is_the_rest_of_each_languages_train_file_without_labels(corpus):
+    from xtremedistil_tf.data.loading import load_splits
+    from xtremedistil_tf.data.readers import read_wikiann_dirs
+
+    full = read_wikiann_dirs(str(corpus), LANGS, "train")
+    cfg = DataConfig(format="wikiann", data_dir=str(corpus), langs=list(LANGS), max_train_sentences=20,
+                     transfer_from_train_rest=25)
+    splits = load_splits(cfg)
+    for lang in LANGS:
+        own = [s for s in full if s.lang == lang]
+        assert [s for s in splits["train"] if s.lang == lang] == own[:20]
+        unlabeled = [s for s in splits["transfer"] if s.lang == lang]
+        assert [s.tokens for s in unlabeled] == [s.tokens for s in own[20:45]]
+        assert all(s.tags is None for s in unlabeled)
+    assert len(splits["transfer"]) == 2 * 25 and len(splits["dev"]) == 2 * SIZES["dev"]
+    # A count beyond the rest takes all of it: every train sentence is labeled or unlabeled, never both.
+    everything = load_splits(DataConfig(**{**cfg.__dict__, "transfer_from_train_rest": 10_000}))["transfer"]
+    for lang in LANGS:
+        assert [s.tokens for s in everything if s.lang == lang] == [s.tokens for s in full if s.lang == lang][20:]
+    assert len(everything) == 2 * (SIZES["train"] - 20)
+    # Off by default, and then not part of the data's fingerprint (older work dirs still match).
+    assert "transfer_from_train_rest" not in DataConfig().to_dict()
+    assert cfg.to_dict()["transfer_from_train_rest"] == 25
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"transfer_from_train_rest": 100}, r"^--transfer_from_train_rest=100 takes the train sentences past the labeled "
+                                        r"ones, so it needs --max_train_sentences"),
+    ({"transfer_from_train_rest": -1, "max_train_sentences": 5}, r"^--transfer_from_train_rest=-1; expected 0"),
+])
+def test_transfer_from_train_rest_needs_a_labeled_cap(corpus, kwargs, message):
+    from xtremedistil_tf.data.loading import check_data_config
+
+    with pytest.raises(ConfigError, match=message):
+        check_data_config(DataConfig(format="wikiann", data_dir=str(corpus), langs=list(LANGS), **kwargs))

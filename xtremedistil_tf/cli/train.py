@@ -41,6 +41,10 @@ flags.DEFINE_enum("scheme", "IOB2", ["IOB1", "IOB2", "BIOES", "BMES"], "Tag sche
 flags.DEFINE_bool("strict_tags", False, "Reject invalid tag sequences (e.g. I- after O) instead of reading them leniently.")
 flags.DEFINE_integer("max_train_sentences", 0, "Use only the first N training sentences of each language (0: all).")
 flags.DEFINE_integer("max_eval_sentences", 0, "Use only the first N dev and test sentences of each language (0: all).")
+flags.DEFINE_integer("transfer_from_train_rest", 0,
+                     "Unlabeled transfer text from the train split: per language, up to N train sentences past the "
+                     "first --max_train_sentences (which it needs), labels dropped (0: none; a count above the rest "
+                     "takes all of it). Joins the transfer set before --transfer_file.")
 
 # Teacher. Recipe flags left unset take the head's recipe (teachers.finetune.recipe_for:
 # FinetuneConfig's defaults, the multi-grained paper's for --teacher_head=crf); docs/benchmarks.md
@@ -221,6 +225,7 @@ def config_from_flags():
                       transfer_file=FLAGS.transfer_file, transfer_char_level=FLAGS.transfer_char_level,
                       scheme=FLAGS.scheme, strict_tags=FLAGS.strict_tags,
                       max_train_sentences=FLAGS.max_train_sentences, max_eval_sentences=FLAGS.max_eval_sentences,
+                      transfer_from_train_rest=FLAGS.transfer_from_train_rest,
                       seed=FLAGS.seed, source=FLAGS.data_source)
     finetune = recipe_for(FLAGS.teacher_head, epochs=FLAGS.teacher_epochs, batch_size=FLAGS.teacher_batch_size,
                           learning_rate=FLAGS.teacher_learning_rate,

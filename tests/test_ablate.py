@@ -250,6 +250,7 @@ def test_unknown_or_repeated_strategies_are_refused_before_any_work(tmp_path, co
     (["1", "-1"], "--seeds: '-1' is not a non-negative integer"),
     (["2", "1.5"], "--seeds: '1.5' is not a non-negative integer"),
     (["1", ""], "--seeds: '' is not a non-negative integer"),
+    (["1", str(2**31)], f"--seeds: '{2**31}' is not a non-negative integer up to {2**31 - 1}"),
     ([], "--seeds is empty"),
     (["3", "1", "03"], r"--seeds names \['3'\] more than once"),
 ])

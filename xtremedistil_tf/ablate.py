@@ -36,6 +36,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_text
 from xtremedistil_tf.training.precision import precision_policy
 from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
+from xtremedistil_tf.validation import MAX_SEED
 from xtremedistil_tf.workdir import WorkDir
 
 log = logging.getLogger(__name__)
@@ -75,8 +76,8 @@ def check_strategies(names: Sequence[str]) -> List[str]:
 
 def _seed(value) -> int:
     text = str(value).strip()
-    if not text.isdigit():
-        raise ConfigError(f"--seeds: {text!r} is not a non-negative integer; give e.g. --seeds=1,2,3")
+    if not text.isdigit() or int(text) > MAX_SEED:
+        raise ConfigError(f"--seeds: {text!r} is not a non-negative integer up to {MAX_SEED}; give e.g. --seeds=1,2,3")
     return int(text)
 
 

@@ -34,17 +34,31 @@ def corpus(tmp_path_factory):
 
 
 def tiny_config(work_dir, corpus, teacher_dir):
-    data = DataConfig(format="wikiann", data_dir=str(corpus), langs=list(LANGS))
+    """The toy ablation's settings; `tiny_flags` are the same as bin/ablate flags (--seed=42 makes
+    the data and the teacher)."""
+    data = DataConfig(format="wikiann", data_dir=str(corpus), langs=list(LANGS), seed=42)
     teacher = pipeline.TeacherConfig(name=str(teacher_dir), random_init=True, max_seq_length=16, dropout=0.0,
                                      layer=1, finetune=FinetuneConfig(epochs=3, batch_size=16, learning_rate=3e-3,
                                                                       # a random tiny encoder: the head
-                                                                      # trains with it, BERT-initialised
-                                                                      head_learning_rate=None, head_init="bert",
+                                                                      # trains with it (0: at the encoder's
+                                                                      # rate), BERT-initialised
+                                                                      head_learning_rate=0.0, head_init="bert",
                                                                       progress=False))
     student = StudentConfig(embedding_dim=8, hidden=8, epochs_per_layer=2, patience=2, batch_size=16,
                             learning_rate=5e-2)
     return pipeline.RunConfig(work_dir=str(work_dir), data=data, teacher=teacher, student=student,
                               transfer=pipeline.TransferConfig(shard_size=64, batch_size=32), progress=False)
+
+
+def tiny_flags(work_dir, corpus, teacher_dir):
+    """tiny_config as bin/ablate flags."""
+    return ["--data_format=wikiann", f"--data_dir={corpus}", f"--langs={','.join(LANGS)}", f"--teacher={teacher_dir}",
+            "--teacher_random_init", "--max_seq_length=16", "--teacher_dropout=0", "--teacher_layer=1",
+            "--teacher_epochs=3", "--teacher_batch_size=16", "--teacher_learning_rate=3e-3",
+            "--teacher_head_learning_rate=0", "--teacher_head_init=bert", "--student_embedding_dim=8",
+            "--student_hidden=8", "--epochs_per_layer=2", "--student_patience=2", "--student_batch_size=16",
+            "--student_learning_rate=5e-2", "--shard_size=64", "--transfer_batch_size=32", "--no_progress",
+            f"--work_dir={work_dir}"]
 
 
 def stamps(work_dir, steps):
@@ -194,6 +208,9 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
                          f"--output_json={tmp_path / 'D0-de.json'}"),
         "neither": run_cli(evaluate, f"--model={cfg.work_dir}/ablate", *data, "--langs=de"),
         "bad strategy": run_cli(str(REPO / "bin" / "ablate"), f"--work_dir={tmp_path / 'w'}", "--strategies=D0,D5"),
+        "bad seeds": run_cli(str(REPO / "bin" / "ablate"), f"--work_dir={tmp_path / 'w'}", "--seeds=1,-2"),
+        "seeds of variants": run_cli(str(REPO / "bin" / "ablate"), f"--work_dir={tmp_path / 'w'}", "--seeds=1,2",
+                                     "--method=multigrained"),
     }
     out = {name: (job.wait(timeout=300), *job.communicate()) for name, job in jobs.items()}
     for name in ("teacher", "D1", "D0-de"):
@@ -209,9 +226,12 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
             assert scores["f1_mean"] == pytest.approx(expected["f1_mean"], abs=1e-12)
             assert f"mean {scores['f1_mean']:.4f}" in out[name][1]
     assert json.load(open(tmp_path / "teacher.json"))["kind"] == "teacher"
-    for name, message in (("neither", "holds neither teacher.json"), ("bad strategy", "unknown strategy 'D5'")):
+    for name, message in (("neither", "holds neither teacher.json"), ("bad strategy", "unknown strategy 'D5'"),
+                          ("bad seeds", "--seeds: '-2' is not a non-negative integer"),
+                          ("seeds of variants", "--seeds applies to the --strategies of --method=xtremedistil")):
         code, _, err = out[name]
         assert code == 2 and "Traceback" not in err and message in err.strip().splitlines()[-1], err[-2000:]
+    assert not (tmp_path / "w").exists()
 
 
 def test_unknown_or_repeated_strategies_are_refused_before_any_work(tmp_path, corpus, tiny_bert_dir):
@@ -221,3 +241,152 @@ def test_unknown_or_repeated_strategies_are_refused_before_any_work(tmp_path, co
     with pytest.raises(ConfigError, match=r"more than once"):
         ablate.run_ablation(cfg, ["D1", "D1"])
     assert not (tmp_path / "w").exists()
+
+
+# ----------------------------------------------------------------------------- --seeds
+
+@pytest.mark.parametrize("seeds, message", [
+    (["1", "x"], "--seeds: 'x' is not a non-negative integer"),
+    (["1", "-1"], "--seeds: '-1' is not a non-negative integer"),
+    (["2", "1.5"], "--seeds: '1.5' is not a non-negative integer"),
+    (["1", ""], "--seeds: '' is not a non-negative integer"),
+    (["1", str(2**31)], f"--seeds: '{2**31}' is not a non-negative integer up to {2**31 - 1}"),
+    ([], "--seeds is empty"),
+    (["3", "1", "03"], r"--seeds names \['3'\] more than once"),
+])
+def test_bad_seeds_are_refused_before_any_work(tmp_path, corpus, tiny_bert_dir, seeds, message):
+    cfg = tiny_config(tmp_path / "w", corpus, tiny_bert_dir)
+    with pytest.raises(ConfigError, match=message) as error:
+        ablate.run_ablation(cfg, ["D1"], seeds=seeds)
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "w").exists()
+
+
+def test_check_seeds_keeps_the_order_given():
+    assert ablate.check_seeds(["3", " 1", "0"]) == [3, 1, 0]
+    assert ablate.check_seeds([7]) == [7]
+
+
+def fake_info(f1_by_lang, all_f1=None):
+    f1s = list(f1_by_lang.values())
+    return {"scores": {"test": {"languages": {lang: {"f1": f1} for lang, f1 in f1_by_lang.items()},
+                                "f1_mean": float(np.mean(f1s)), "f1_std": float(np.std(f1s)),
+                                "all": {"f1": all_f1 if all_f1 is not None else float(np.mean(f1s))}}}}
+
+
+def test_seed_tables_give_mean_std_per_seed_values_and_the_ordering_seed_by_seed():
+    teacher = fake_info({"de": 0.9, "en": 0.8})["scores"]
+    # D1 beats D0-S in seed 1 and loses in seed 2; D4.2 ties D4.1 in seed 2 (>= holds); D3.1 was not run.
+    results = {"D0-S": [fake_info({"de": 0.6, "en": 0.5}), fake_info({"de": 0.7, "en": 0.6})],
+               "D1": [fake_info({"de": 0.7, "en": 0.6}), fake_info({"de": 0.6, "en": 0.5})],
+               "D3.2": [fake_info({"de": 0.70, "en": 0.70}), fake_info({"de": 0.7, "en": 0.72})],
+               "D4.1": [fake_info({"de": 0.75, "en": 0.7}), fake_info({"de": 0.8, "en": 0.7})],
+               "D4.2": [fake_info({"de": 0.8, "en": 0.7}), fake_info({"de": 0.8, "en": 0.7})]}
+    table3, = parse_tables("\n".join(ablate.table3(teacher, results)))
+    assert table3[0] == ["model", "strategy", "de", "en", "mean", "all", "% of teacher"]
+    assert table3[1][2:] == ["90.00", "80.00", "85.00", "85.00", "100.0%"]
+    d1 = {row[0]: row for row in table3}["D1"]
+    assert d1[2:6] == [f"65.00 ± {pct(np.std([0.7, 0.6], ddof=1))}", f"55.00 ± {pct(np.std([0.6, 0.5], ddof=1))}",
+                       f"60.00 ± {pct(np.std([0.65, 0.55], ddof=1))}", f"60.00 ± {pct(np.std([0.65, 0.55], ddof=1))}"]
+    assert d1[6] == f"{0.6 / 0.85:.1%}"
+    per_seed, = parse_tables("\n".join(ablate.per_seed_table("test", [4, 9], results)))
+    assert per_seed[0] == ["strategy", "seed 4", "seed 9", "mean ± std"]
+    assert per_seed[2] == ["D1", "65.00", "55.00", f"60.00 ± {pct(np.std([0.65, 0.55], ddof=1))}"]
+    order, = parse_tables("\n".join(ablate.ordering_table("test", [4, 9], results)))
+    assert order[0] == ["ordering", "seed 4", "seed 9", "holds"]
+    assert order[1:] == [["D4.2 ≥ D4.1", "yes: 75.00 vs 72.50", "yes: 75.00 vs 75.00", "2 of 2"],
+                         ["D4.1 ≥ D3.2", "yes: 72.50 vs 70.00", "yes: 75.00 vs 71.00", "2 of 2"],
+                         ["D1 > D0-S", "yes: 65.00 vs 55.00", "NO: 55.00 vs 65.00", "1 of 2"]]
+    assert ablate.ordering_table("test", [1], {"D0": results["D1"], "D4.2": results["D4.2"]}) == \
+        ["No pair of the ordering's strategies was run."]
+    # One seed: today's table, with the spread across languages.
+    single, = parse_tables("\n".join(ablate.table3(teacher, {"D1": results["D1"][:1]})))
+    assert single[0] == ["model", "strategy", "de", "en", "mean", "std", "all", "% of teacher"]
+    assert single[2][2:7] == ["70.00", "60.00", "65.00", "5.00", "65.00"]
+
+
+@END_TO_END
+def test_bin_ablate_seeds_trains_a_student_per_seed_from_one_teacher_and_reports_mean_std(ablation, corpus,
+                                                                                         tiny_bert_dir, tmp_path):
+    import shutil
+    from dataclasses import replace
+
+    cfg, _, _ = ablation
+    work = tmp_path / "work"   # a copy of the shared run's teacher and cache: its own report stays as it is
+    shutil.copytree(cfg.work_dir, work)
+    seeds_cfg = replace(cfg, work_dir=str(work))
+    ablate.run_ablation(seeds_cfg, ["D1"], seeds=[1])   # seed 1 finished, as a killed run leaves it
+    steps = UPSTREAM + ("ablate/seed-1/D1",)
+    before = stamps(work, steps)
+    proc = subprocess.run([sys.executable, str(REPO / "bin" / "ablate"), *tiny_flags(work, corpus, tiny_bert_dir),
+                           "--strategies=D1", "--seeds=1,2"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # One teacher and one cache for every seed; the finished seed-1 student was read, not retrained.
+    assert stamps(work, steps) == before
+    infos = {seed: info(seeds_cfg, f"ablate/seed-{seed}/D1") for seed in (1, 2)}
+    fingerprints = {seed: json.load(open(work / "ablate" / f"seed-{seed}" / "D1" / "step.json"))["fingerprint"]
+                    for seed in (1, 2)}
+    assert [fingerprints[s]["student"]["seed"] for s in (1, 2)] == [1, 2]
+    assert ({k: v for k, v in fingerprints[1].items() if k != "student"}
+            == {k: v for k, v in fingerprints[2].items() if k != "student"})
+    # The two students differ (their own initialisation and batch order).
+    losses = {s: [st["best_val_loss"] for st in infos[s]["history"]["steps"]] for s in (1, 2)}
+    assert losses[1] != losses[2]
+    report = (work / "ablation.md").read_text(encoding="utf-8")
+    tables = parse_tables(report)
+    table3, per_seed = tables[0], tables[1]
+    assert report[report.index("## Strategies"):report.index("\n\n## Seeds")] in proc.stdout
+    f1 = {s: infos[s]["scores"]["test"]["f1_mean"] for s in (1, 2)}
+    mean, std = np.mean(list(f1.values())), np.std(list(f1.values()), ddof=1)
+    assert per_seed == [["strategy", "seed 1", "seed 2", "mean ± std"],
+                        ["D1", pct(f1[1]), pct(f1[2]), f"{pct(mean)} ± {pct(std)}"]]
+    assert table3[0] == ["model", "strategy", "de", "en", "mean", "all", "% of teacher"]
+    d1 = table3[2]
+    assert d1[0] == "D1" and d1[4] == f"{pct(mean)} ± {pct(std)}"
+    for col, lang in ((2, "de"), (3, "en")):
+        values = [infos[s]["scores"]["test"]["languages"][lang]["f1"] for s in (1, 2)]
+        assert d1[col] == f"{pct(np.mean(values))} ± {pct(np.std(values, ddof=1))}"
+    pooled = [infos[s]["scores"]["test"]["all"]["f1"] for s in (1, 2)]
+    assert d1[5] == f"{pct(np.mean(pooled))} ± {pct(np.std(pooled, ddof=1))}"
+    # Table 4 of each seed's student.
+    assert report.index("seed 1:") < report.index("seed 2:")
+
+
+# ----------------------------------------------------------------------------- --transfer_from_train_rest
+
+def test_transfer_from_train_rest_is_the_rest_of_each_languages_train_file_without_labels(corpus):
+    from xtremedistil_tf.data.loading import load_splits
+    from xtremedistil_tf.data.readers import read_wikiann_dirs
+
+    full = read_wikiann_dirs(str(corpus), LANGS, "train")
+    cfg = DataConfig(format="wikiann", data_dir=str(corpus), langs=list(LANGS), max_train_sentences=20,
+                     transfer_from_train_rest=25)
+    splits = load_splits(cfg)
+    for lang in LANGS:
+        own = [s for s in full if s.lang == lang]
+        assert [s for s in splits["train"] if s.lang == lang] == own[:20]
+        unlabeled = [s for s in splits["transfer"] if s.lang == lang]
+        assert [s.tokens for s in unlabeled] == [s.tokens for s in own[20:45]]
+        assert all(s.tags is None for s in unlabeled)
+    assert len(splits["transfer"]) == 2 * 25 and len(splits["dev"]) == 2 * SIZES["dev"]
+    # A count beyond the rest takes all of it: every train sentence is labeled or unlabeled, never both.
+    everything = load_splits(DataConfig(**{**cfg.__dict__, "transfer_from_train_rest": 10_000}))["transfer"]
+    for lang in LANGS:
+        assert [s.tokens for s in everything if s.lang == lang] == [s.tokens for s in full if s.lang == lang][20:]
+    assert len(everything) == 2 * (SIZES["train"] - 20)
+    # Off by default, and then not part of the data's fingerprint (older work dirs still match).
+    assert "transfer_from_train_rest" not in DataConfig().to_dict()
+    assert cfg.to_dict()["transfer_from_train_rest"] == 25
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"transfer_from_train_rest": 100}, r"^--transfer_from_train_rest=100 takes the train sentences past the labeled "
+                                        r"ones, so it needs --max_train_sentences"),
+    ({"transfer_from_train_rest": -1, "max_train_sentences": 5}, r"^--transfer_from_train_rest=-1; expected 0"),
+])
+def test_transfer_from_train_rest_needs_a_labeled_cap(corpus, kwargs, message):
+    from xtremedistil_tf.data.loading import check_data_config
+
+    with pytest.raises(ConfigError, match=message):
+        check_data_config(DataConfig(format="wikiann", data_dir=str(corpus), langs=list(LANGS), **kwargs))

@@ -142,6 +142,12 @@ def test_report_tables_from_step_results():
     assert [r[0] for r in runs[1:]] == ["TE+DA+SEQ", "vanilla", "TE", "TE+DA+SEQ@equal", "TE+SEQ@equal"]
 
 
+def test_runs_table_says_which_form_of_eq10_the_token_losses_took():
+    runs = parse_tables("\n".join(mg.runs_table({"TE+DA+TOKEN-POS": {**step(0.8, 0.79), "token_loss": "kl"},
+                                                  "TE+DA+SEQ": step(0.9, 0.88)})))[0]
+    assert [row[2] for row in runs[1:]] == ["hard + token_pos (token losses: kl)", "hard + seq_fuzzy + seq_ce"]
+
+
 def test_report_without_vanilla_or_unlabeled_text_says_so():
     report = mg.render_report("/runs/x", {"train_sentences": 10, "dev_sentences": 2}, scores(0.9, 0.8),
                               {"TE+DA": step(0.5, 0.4)})

@@ -243,6 +243,65 @@ def test_every_loss_trains_a_transformer_crf_student_with_equal_weighting(teache
     assert student.get_layer("crf").transitions.numpy()[VOCAB.id("O"), VOCAB.id("I-LOC")] == ops.FORBIDDEN
 
 
+def test_token_losses_are_eq10_cross_entropy_unless_token_loss_is_kl(teacher, data):
+    """What the training step computes: token_em / token_pos are Eq. 10's CE by default; with
+    token_loss="kl" each is lower by the teacher's mean entropy over the real tokens."""
+    from xtremedistil_tf.training import multigrained as mg
+
+    rule, tokenizer = teacher
+    student = _student(tokenizer.vocab_size, 0)
+    config = MultiGrainedConfig(("hard", "token_em", "token_pos"), batch_size=16)
+    cache = read_sharded(data["cache"]).skip(4)   # labeled and unlabeled rows
+    batch = next(iter(mg._stream(cache, mg._needed_keys(config.losses, list(cache.element_spec)), config,
+                                 shuffle=False)))
+    outputs = student({k: batch[k] for k in mg.INPUT_KEYS}, training=False)
+    transitions = student.get_layer("crf").transitions
+    values = {kind: [float(v) for v in mg._loss_values(config.losses, outputs, batch, transitions, VOCAB.pad_id,
+                                                         kind)] for kind in ("ce", "kl")}
+    real = batch["attention_mask"].numpy().astype(bool)
+    logits = batch["logits"].numpy().astype(np.float64)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    q = batch["marginals"].numpy().astype(np.float64)
+    emissions = outputs["logits"].numpy().astype(np.float64)
+    log_s = emissions - emissions.max(-1, keepdims=True)
+    log_s -= np.log(np.exp(log_s).sum(-1, keepdims=True))
+    np.testing.assert_allclose(values["ce"][1], -(p * log_s).sum(-1)[real].mean(), rtol=1e-4)
+    entropy = {"token_em": -(p * np.log(p)).sum(-1)[real].mean(),
+               "token_pos": -np.where(q > 0, q * np.log(np.maximum(q, 1e-300)), 0.0).sum(-1)[real].mean()}
+    assert values["ce"][0] == values["kl"][0]   # hard is not a token loss
+    for i, name in enumerate(config.losses[1:], start=1):
+        np.testing.assert_allclose(values["ce"][i] - values["kl"][i], entropy[name], rtol=1e-3, atol=1e-5)
+    assert entropy["token_em"] > 0.05
+
+
+def test_token_loss_joins_the_fingerprint_of_students_with_token_losses(tmp_path):
+    from xtremedistil_tf.pipeline import student_fingerprint
+    from xtremedistil_tf.training.student_run import StudentConfig
+    from xtremedistil_tf.workdir import WorkDir
+
+    def fingerprint(**kwargs):
+        return {"student": student_fingerprint(StudentConfig(method="multigrained", **kwargs))}
+
+    assert fingerprint(losses=("hard", "token_pos"))["student"]["token_loss"] == "ce"
+    assert fingerprint(losses=("hard", "token_em"), token_loss="kl")["student"]["token_loss"] == "kl"
+    # Without a token loss it changes nothing, so those work dirs still match.
+    assert "token_loss" not in fingerprint(losses=("hard", "seq_ce"))["student"]
+    assert "token_loss" not in student_fingerprint(StudentConfig(token_loss="kl"))   # an XtremeDistil student
+    # A student whose token loss was the KL before the flag existed (no token_loss recorded) is refused.
+    work = WorkDir(tmp_path / "w")
+    old = fingerprint(losses=("hard", "token_em"))
+    del old["student"]["token_loss"]
+    work.run_step("student", old, lambda tmp: {})
+    with pytest.raises(ConfigError, match="another configuration.*token_loss"):
+        work.is_done("student", fingerprint(losses=("hard", "token_em")))
+    for kind in ("ce", "kl"):
+        work.run_step(f"student-{kind}", fingerprint(losses=("hard", "token_em"), token_loss=kind), lambda tmp: {})
+    with pytest.raises(ConfigError, match="token_loss"):
+        work.is_done("student-kl", fingerprint(losses=("hard", "token_em")))
+    assert work.is_done("student-ce", fingerprint(losses=("token_em", "hard")))
+
+
 def test_config_and_data_errors(data):
     with pytest.raises(ConfigError, match="losses"):
         MultiGrainedConfig(("hard", "kl"))

@@ -120,15 +120,25 @@ def test_token_posterior_kd_uses_exact_crf_marginals(case):
     q_t = _brute_marginals(case["t_pots"], case["t_trans"])
     q_s = _brute_marginals(case["s_pots"], case["s_trans"])
     real = np.arange(T)[None, :] < LENGTHS[:, None]
+    # Eq. 10: -(1/N) sum over the N real tokens of sum_c q_t log q_s (the student's forbidden tags
+    # have q_s = 0 where q_t = 0 too; they add nothing).
     with np.errstate(divide="ignore", invalid="ignore"):
-        kl = np.where(q_t > 0, q_t * (np.log(q_t) - np.log(q_s)), 0.0).sum(-1)
+        ce = -np.where(q_t > 0, q_t * np.log(q_s), 0.0).sum(-1)
+        entropy = -np.where(q_t > 0, q_t * np.log(q_t), 0.0).sum(-1)
     got = seq.token_posterior_kd(case["s_pots"], case["s_trans"], q_t.astype(np.float32), LENGTHS).numpy()
-    np.testing.assert_allclose(got, kl[real].mean(), rtol=1e-4)
+    np.testing.assert_allclose(got, ce[real].mean(), rtol=1e-4)
+    kl = seq.token_posterior_kd(case["s_pots"], case["s_trans"], q_t.astype(np.float32), LENGTHS, token_loss="kl")
+    np.testing.assert_allclose(kl.numpy(), (ce - entropy)[real].mean(), rtol=1e-4)
+    assert entropy[real].mean() > 0.3   # a flat teacher: CE and KL are far apart
     # The student's marginals are not its softmaxed emissions: transitions matter.
     emission_only = seq.token_emission_kd(case["s_pots"], np.log(np.maximum(q_t, 1e-30)), real).numpy()
     assert abs(emission_only - got) > 1e-2
-    same = seq.token_posterior_kd(case["s_pots"], case["s_trans"], q_s.astype(np.float32), LENGTHS).numpy()
-    assert abs(same) < 1e-5
+    # A student that matches the teacher: KL 0, CE the teacher's entropy (Eq. 10's value).
+    for token_loss, expected in (("kl", 0.0), ("ce", -np.where(q_s > 0, q_s * np.log(np.maximum(q_s, 1e-300)),
+                                                                  0.0).sum(-1)[real].mean())):
+        same = seq.token_posterior_kd(case["s_pots"], case["s_trans"], q_s.astype(np.float32), LENGTHS,
+                                      token_loss=token_loss).numpy()
+        assert same == pytest.approx(expected, abs=1e-5)
 
 
 def test_token_posterior_kd_gradient_reaches_transitions(case):
@@ -140,21 +150,49 @@ def test_token_posterior_kd_gradient_reaches_transitions(case):
     assert np.all(np.isfinite(grad)) and np.abs(grad).max() > 1e-3
 
 
-def test_token_emission_kd_is_masked_kl_with_temperature():
+def _np_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_token_emission_kd_is_eq10_cross_entropy_over_real_tokens():
     rng = np.random.default_rng(5)
-    s, t = rng.normal(size=(2, 2, 3, N)).astype(np.float32)
-    mask = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
-
-    def softmax(x):
-        e = np.exp(x - x.max(-1, keepdims=True))
-        return e / e.sum(-1, keepdims=True)
-
+    s, t = rng.normal(0, 2.0, size=(2, 3, 5, N)).astype(np.float32)
+    # Padding: a short row, a row with no real token; the padded positions hold large garbage.
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]], np.float32)
+    s[mask == 0], t[mask == 0] = 40.0, -40.0
+    real = mask.astype(bool)
     for tau in (1.0, 2.0):
-        p, q = softmax(t / tau), softmax(s / tau)
-        kl = (p * np.log(p / q)).sum(-1)
+        p_t, p_s = _np_softmax(t.astype(np.float64) / tau), _np_softmax(s.astype(np.float64) / tau)
+        ce = -(p_t * np.log(p_s)).sum(-1)               # Eq. 10's L_ij per token
+        entropy = -(p_t * np.log(p_t)).sum(-1)
+        expected = ce[real].sum() / real.sum()          # -(1/N) sum_i sum_j over the N real tokens
         got = seq.token_emission_kd(s, t, mask, temperature=tau).numpy()
-        np.testing.assert_allclose(got, (kl * mask).sum() / mask.sum(), rtol=1e-5)
-    assert seq.token_emission_kd(s, s, mask).numpy() == pytest.approx(0.0, abs=1e-6)
+        np.testing.assert_allclose(got, expected, rtol=1e-5)
+        assert got == pytest.approx(seq.token_emission_kd(s, t, mask, temperature=tau, token_loss="ce").numpy())
+        kl = seq.token_emission_kd(s, t, mask, temperature=tau, token_loss="kl").numpy()
+        # KL = CE - the teacher's entropy, token by token and so in the mean.
+        np.testing.assert_allclose(kl, (ce - entropy)[real].mean(), rtol=1e-5)
+        np.testing.assert_allclose(got - kl, entropy[real].mean(), rtol=1e-5)
+        assert entropy[real].mean() > 0.2
+    # At a perfect match the KL is 0 and the CE the teacher's entropy (> 0).
+    assert seq.token_emission_kd(s, s, mask, token_loss="kl").numpy() == pytest.approx(0.0, abs=1e-6)
+    p = _np_softmax(s.astype(np.float64))
+    assert seq.token_emission_kd(s, s, mask).numpy() == pytest.approx(-(p * np.log(p)).sum(-1)[real].mean(), rel=1e-5)
+    # Nothing real: 0, not NaN.
+    assert seq.token_emission_kd(s, t, np.zeros_like(mask)).numpy() == 0.0
+
+
+def test_unknown_token_loss_is_refused_naming_the_flag():
+    from xtremedistil_tf.errors import ConfigError
+    from xtremedistil_tf.training.multigrained import MultiGrainedConfig
+
+    s = np.zeros((1, 2, N), np.float32)
+    with pytest.raises(ConfigError, match=r"^--token_loss='mse'; expected ce .* or kl$"):
+        seq.token_emission_kd(s, s, np.ones((1, 2), np.float32), token_loss="mse")
+    with pytest.raises(ConfigError, match="--token_loss='KL'"):
+        MultiGrainedConfig(losses=("hard", "token_em"), token_loss="KL")
+    assert MultiGrainedConfig().token_loss == "ce"
 
 
 def test_residual_term_is_finite_when_student_puts_all_mass_on_the_k_paths():

@@ -7,7 +7,13 @@ own resumable step dir, so a killed ablation resumes at the first unfinished str
     work_dir/ablate/<strategy>/step.json        scores on dev/test, StagedHistory, timings
     work_dir/ablate/<strategy>/                 the saved student (training/student_run.py layout)
     work_dir/ablate/D0/student-<lang>/          D0 with several languages: one student per language
+    work_dir/ablate/seed-<n>/<strategy>/        with --seeds: the student of seed n (same layout)
     work_dir/ablation.md                        the tables (rewritten on each run: it is a summary)
+
+With --seeds (bin/ablate --seeds=1,2,3) every strategy is distilled once per seed from the same
+teacher and cache (--seed still makes the data and the teacher); ablation.md then gives the mean
+± std over seeds, each seed's F1, and Table 3's ordering checked seed by seed. Without it there is
+one student per strategy, of --seed.
 
 D0 trains one student per language on that language's labeled windows, selected on that
 language's dev windows, and scores each language with its own student. With one language (or
@@ -30,6 +36,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_text
 from xtremedistil_tf.training.precision import precision_policy
 from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
+from xtremedistil_tf.validation import MAX_SEED
 from xtremedistil_tf.workdir import WorkDir
 
 log = logging.getLogger(__name__)
@@ -39,9 +46,14 @@ ABLATE_DIR = "ablate"
 REPORT = "ablation.md"
 
 
-def strategy_step(name: str) -> str:
-    """The step (dir under the work dir) of one strategy."""
-    return f"{ABLATE_DIR}/{name}"
+# The paper's Table 3 ordering (D4.2 >= D4.1 >= D3.2 > D3.1, D1 > D0-S), as adjacent pairs:
+# (better, relation, worse). A pair is checked when both strategies were run.
+TABLE3_ORDER = (("D4.2", ">=", "D4.1"), ("D4.1", ">=", "D3.2"), ("D3.2", ">", "D3.1"), ("D1", ">", "D0-S"))
+
+
+def strategy_step(name: str, seed: Optional[int] = None) -> str:
+    """The step (dir under the work dir) of one strategy, or of its student of one of --seeds."""
+    return f"{ABLATE_DIR}/{name}" if seed is None else f"{ABLATE_DIR}/seed-{seed}/{name}"
 
 
 def check_names(names: Sequence[str], flag: str, lookup: Callable[[str], object], example: str) -> List[str]:
@@ -62,6 +74,20 @@ def check_strategies(names: Sequence[str]) -> List[str]:
     return check_names(names, "strategies", get_strategy, "D0,D0-S,D4.2")
 
 
+def _seed(value) -> int:
+    text = str(value).strip()
+    if not text.isdigit() or int(text) > MAX_SEED:
+        raise ConfigError(f"--seeds: {text!r} is not a non-negative integer up to {MAX_SEED}; give e.g. --seeds=1,2,3")
+    return int(text)
+
+
+def check_seeds(values: Sequence) -> List[int]:
+    """The seeds of --seeds (strings or ints): non-negative integers, at least one, none twice."""
+    seeds = [_seed(value) for value in values]
+    check_names([str(seed) for seed in seeds], "seeds", lambda name: None, "1,2,3")
+    return seeds
+
+
 def upstream_steps(cfg: pipeline.RunConfig) -> Tuple[WorkDir, dict]:
     """(work dir, fingerprint): the data, teacher and teacher-output steps every student reads, run once."""
     work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
@@ -70,9 +96,13 @@ def upstream_steps(cfg: pipeline.RunConfig) -> Tuple[WorkDir, dict]:
     return work, pipeline.step_transfer(work, cfg, fingerprint)
 
 
-def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str]) -> str:
-    """Run (or resume) the ablation; writes and returns the markdown report."""
+def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Optional[Sequence] = None) -> str:
+    """Run (or resume) the ablation; writes and returns the markdown report.
+
+    seeds: None for one student per strategy (of cfg.student.seed), or the student seeds of
+    --seeds: one student per strategy and seed, from the same teacher and cache."""
     strategies = check_strategies(strategies)
+    seeds = None if seeds is None else check_seeds(seeds)
     if cfg.student is None:
         raise ConfigError("an ablation distils students; drop --nostudent")
     if cfg.student.method != "xtremedistil":
@@ -80,13 +110,16 @@ def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str]) -> str:
                           "(ablate_multigrained.run_variants)")
     work, fingerprint = upstream_steps(cfg)
     languages = train_languages(work)
-    for name in strategies:
-        strategy_cfg = replace(cfg, student=replace(cfg.student, strategy=name))
-        if get_strategy(name).per_language and len(languages) > 1:
-            step_per_language(work, strategy_cfg, fingerprint, languages)
-        else:
-            pipeline.step_student(work, strategy_cfg, fingerprint, strategy_step(name))
-    report = ablation_report(work, strategies)
+    for seed in seeds or [None]:   # seed by seed: a killed run has whole tables for the seeds it finished
+        student = cfg.student if seed is None else replace(cfg.student, seed=seed)
+        for name in strategies:
+            strategy_cfg = replace(cfg, student=replace(student, strategy=name))
+            step = strategy_step(name, seed)
+            if get_strategy(name).per_language and len(languages) > 1:
+                step_per_language(work, strategy_cfg, fingerprint, languages, step)
+            else:
+                pipeline.step_student(work, strategy_cfg, fingerprint, step)
+    report = ablation_report(work, strategies, seeds)
     atomic_write_text(work.path(REPORT), report)
     return report
 
@@ -98,8 +131,9 @@ def train_languages(work: WorkDir) -> List[Optional[str]]:
 
 # ----------------------------------------------------------------------------- D0: one student per language
 
-def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, languages: Sequence[str]):
-    """D0 with several languages: a student per language in ablate/D0/student-<lang>/, one step."""
+def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, languages: Sequence[str],
+                      step: str):
+    """D0 with several languages: a student per language in <step>/student-<lang>/, one step."""
     sc = cfg.student
     fingerprint = {**upstream, "student": pipeline.student_fingerprint(sc)}
 
@@ -138,7 +172,7 @@ def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, la
                 "parameters": sum(v["parameters"] for v in per_language.values())}
 
     with precision_policy(cfg.mixed_precision):
-        work.run_step(strategy_step(sc.strategy), fingerprint, build)
+        work.run_step(step, fingerprint, build)
     return fingerprint
 
 
@@ -232,27 +266,76 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def table3(teacher_scores: Dict[str, dict], results: Dict[str, dict]) -> List[str]:
-    """Per model: F1 per language, their mean and std, pooled F1, and the mean as a share of the teacher's."""
-    split = "test" if "test" in teacher_scores else "dev"
+def _split(teacher_scores: Dict[str, dict]) -> str:
+    """The split the tables report: test when the run has one, else dev."""
+    return "test" if "test" in teacher_scores else "dev"
+
+
+def _over_seeds(values: Sequence[float]) -> str:
+    """Per-seed values in %: mean ± sample standard deviation (n - 1) for several, the value for one."""
+    if len(values) == 1:
+        return _pct(values[0])
+    return f"{_pct(float(np.mean(values)))} ± {_pct(float(np.std(values, ddof=1)))}"
+
+
+def table3(teacher_scores: Dict[str, dict], results: Dict[str, List[dict]]) -> List[str]:
+    """Per model: F1 per language, their mean (and std across languages), pooled F1, and the mean as a
+    share of the teacher's. results: {strategy: [step info of each seed]}; with several seeds every
+    cell is the mean ± std over the seeds."""
+    split = _split(teacher_scores)
     teacher = teacher_scores[split]
     languages = list(teacher.get("languages", {}))
-    header = ["model", "strategy", *languages, *(["mean", "std"] if languages else []), "all", "% of teacher"]
+    several = any(len(infos) > 1 for infos in results.values())
+    spread = (["mean"] if several else ["mean", "std"]) if languages else []
+    header = ["model", "strategy", *languages, *spread, "all", "% of teacher"]
+    reference = _summary_f1(teacher)
 
-    def row(model: str, description: str, scores: dict) -> List[str]:
-        per = [_pct(scores["languages"][lang]["f1"]) for lang in languages]
-        spread = [_pct(scores["f1_mean"]), _pct(scores["f1_std"])] if languages else []
-        reference = _summary_f1(teacher)
-        share = f"{_summary_f1(scores) / reference:.1%}" if reference else "–"
-        return [model, description, *per, *spread, _pct(scores["all"]["f1"]), share]
+    def row(model: str, description: str, runs: List[dict]) -> List[str]:
+        def cell(value):
+            return _over_seeds([value(scores) for scores in runs])
+        per = [cell(lambda s, lang=lang: s["languages"][lang]["f1"]) for lang in languages]
+        across = [cell(lambda s: s["f1_mean"]), cell(lambda s: s["f1_std"])][:len(spread)]
+        share = f"{np.mean([_summary_f1(scores) for scores in runs]) / reference:.1%}" if reference else "–"
+        return [model, description, *per, *across, cell(lambda s: s["all"]["f1"]), share]
 
-    rows = [row("teacher", "fine-tuned teacher", teacher)]
-    rows += [row(name, get_strategy(name).description, info["scores"][split]) for name, info in results.items()]
+    rows = [row("teacher", "fine-tuned teacher", [teacher])]
+    rows += [row(name, get_strategy(name).description, [info["scores"][split] for info in infos])
+             for name, infos in results.items()]
+    seeds = (" Students: mean ± standard deviation (n - 1) over the seeds; the teacher is one run."
+             if several else "")
     intro = (f"## Strategies (Table 3): {split} F1 (%)\n\n"
-             + ("Per language, their mean and standard deviation across languages, F1 over all sentences "
-                "pooled, and the mean as a share of the teacher's mean." if languages else
-                "F1 over all sentences, and as a share of the teacher's.") + "\n")
+             + ("Per language, their mean" + ("" if several else " and standard deviation across languages")
+                + ", F1 over all sentences pooled, and the mean as a share of the teacher's mean." if languages else
+                "F1 over all sentences, and as a share of the teacher's.") + seeds + "\n")
     return [intro, *_table(header, rows)]
+
+
+def per_seed_table(split: str, seeds: Sequence[int], results: Dict[str, List[dict]]) -> List[str]:
+    """Each strategy's headline F1 (mean across languages, or F1) per seed, and their mean ± std."""
+    header = ["strategy", *(f"seed {seed}" for seed in seeds), "mean ± std"]
+    rows = []
+    for name, infos in results.items():
+        values = [_summary_f1(info["scores"][split]) for info in infos]
+        rows.append([name, *map(_pct, values), _over_seeds(values)])
+    return _table(header, rows)
+
+
+def ordering_table(split: str, seeds: Sequence[Optional[int]], results: Dict[str, List[dict]]) -> List[str]:
+    """Table 3's ordering (TABLE3_ORDER), pair by pair and seed by seed, for the pairs that were run."""
+    pairs = [pair for pair in TABLE3_ORDER if pair[0] in results and pair[2] in results]
+    if not pairs:
+        return ["No pair of the ordering's strategies was run."]
+    header = ["ordering", *(f"seed {seed}" if seed is not None else "F1" for seed in seeds), "holds"]
+    rows = []
+    for better, relation, worse in pairs:
+        cells = []
+        for a, b in zip(results[better], results[worse]):
+            f1_a, f1_b = _summary_f1(a["scores"][split]), _summary_f1(b["scores"][split])
+            holds = f1_a >= f1_b if relation == ">=" else f1_a > f1_b
+            cells.append(f"{'yes' if holds else 'NO'}: {_pct(f1_a)} vs {_pct(f1_b)}")
+        held = sum(cell.startswith("yes") for cell in cells)
+        rows.append([f"{better} {relation.replace('>=', '≥')} {worse}", *cells, f"{held} of {len(cells)}"])
+    return _table(header, rows)
 
 
 def table4(history: dict) -> List[str]:
@@ -264,28 +347,41 @@ def table4(history: dict) -> List[str]:
     return _table(header, rows)
 
 
-def _load_results(work: WorkDir, strategies: Sequence[str]):
-    """(teacher scores, {strategy: step info}) from the finished steps."""
-    return work.step_info("teacher")["scores"], {name: work.step_info(strategy_step(name)) for name in strategies}
+def _load_results(work: WorkDir, strategies: Sequence[str], seeds: Optional[Sequence[int]] = None):
+    """(teacher scores, {strategy: [step info of each seed]}) from the finished steps."""
+    results = {name: [work.step_info(strategy_step(name, seed)) for seed in seeds or [None]] for name in strategies}
+    return work.step_info("teacher")["scores"], results
 
 
-def table3_markdown(work_dir, strategies: Sequence[str]) -> str:
+def table3_markdown(work_dir, strategies: Sequence[str], seeds: Optional[Sequence[int]] = None) -> str:
     """Table 3 alone, as bin/ablate prints it."""
-    return "\n".join(table3(*_load_results(WorkDir(work_dir), strategies)))
+    return "\n".join(table3(*_load_results(WorkDir(work_dir), strategies, seeds)))
 
 
-def ablation_report(work: WorkDir, strategies: Sequence[str]) -> str:
-    teacher_scores, results = _load_results(work, strategies)
-    lines = ["# Distillation strategy ablation", "", f"Work dir: `{work.root}`", "", *table3(teacher_scores, results),
-             "", "## Stages (Table 4): dev F1 (%) after each stage and unfrozen layer", "",
-             "Dev F1 of the stage's tagger (softmax head, or the logit head in a logits-only stage) "
-             "after each step, with the step's best weights restored; a representation-only stage has no "
-             "tagger (–). Best epoch 0: no epoch beat the step's starting weights."]
-    for name, info in results.items():
+def ablation_report(work: WorkDir, strategies: Sequence[str], seeds: Optional[Sequence[int]] = None) -> str:
+    teacher_scores, results = _load_results(work, strategies, seeds)
+    split = _split(teacher_scores)
+    lines = ["# Distillation strategy ablation", "", f"Work dir: `{work.root}`", "", *table3(teacher_scores, results)]
+    if seeds is not None:
+        lines += ["", f"## Seeds: {split} F1 (%) of each student", "",
+                  f"The mean F1 across languages (F1 without languages) of each seed's student (--seeds="
+                  f"{','.join(map(str, seeds))}; one teacher and one teacher-output cache for all), and their "
+                  "mean ± standard deviation (n - 1).", "", *per_seed_table(split, seeds, results)]
+    lines += ["", f"## Table 3's ordering, seed by seed: {split} F1 (%)", "",
+              "The paper's D4.2 ≥ D4.1 ≥ D3.2 > D3.1 and D1 > D0-S, for each pair of those strategies that was run: "
+              "whether the first one's F1 (the mean across languages, or F1) reached the second one's.", "",
+              *ordering_table(split, seeds or [None], results),
+              "", "## Stages (Table 4): dev F1 (%) after each stage and unfrozen layer", "",
+              "Dev F1 of the stage's tagger (softmax head, or the logit head in a logits-only stage) "
+              "after each step, with the step's best weights restored; a representation-only stage has no "
+              "tagger (–). Best epoch 0: no epoch beat the step's starting weights."]
+    for name, infos in results.items():
         lines += ["", f"### {name}: {get_strategy(name).description}"]
-        if "per_language" in info:
-            for lang, record in info["per_language"].items():
-                lines += ["", f"{lang} student:", "", *table4(record["history"])]
-        else:
-            lines += ["", *table4(info["history"])]
+        for seed, info in zip(seeds or [None], infos):
+            run = "" if seed is None else f"seed {seed}"
+            if "per_language" in info:
+                for lang, record in info["per_language"].items():
+                    lines += ["", f"{run + ', ' if run else ''}{lang} student:", "", *table4(record["history"])]
+            else:
+                lines += [*(["", f"{run}:"] if run else []), "", *table4(info["history"])]
     return "\n".join(lines) + "\n"

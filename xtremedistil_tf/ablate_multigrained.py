@@ -196,12 +196,14 @@ def _lambdas(history: dict) -> str:
 
 
 def runs_table(results: Dict[str, dict]) -> List[str]:
-    """What each variant set and how its training went, in run order."""
+    """What each variant set and how its training went, in run order. A step info's `token_loss`
+    (ce or kl, from the student's fingerprint) follows the losses of a variant with token losses."""
     header = ["model", "embeddings", "losses", "weighting", "DA", "best epoch / run", "λ (best epoch)", "train s"]
     rows = []
     for name, info in results.items():
         v, history = get_variant(name), info["history"]
-        rows.append([name, v.embeddings, _losses(v), v.weighting, "yes" if v.unlabeled else "no",
+        losses = _losses(v) + (f" (token losses: {info['token_loss']})" if info.get("token_loss") else "")
+        rows.append([name, v.embeddings, losses, v.weighting, "yes" if v.unlabeled else "no",
                      f"{history['best_epoch']} / {len(history['epochs'])}", _lambdas(history),
                      f"{info['train_seconds']:.0f}"])
     return _table(header, rows)
@@ -225,6 +227,12 @@ def render_report(root, data_info: dict, teacher_scores: Dict[str, dict], result
     return "\n".join(lines) + "\n"
 
 
+def _with_token_loss(work: WorkDir, name: str) -> dict:
+    """The variant's step info, with the student's `token_loss` (ce or kl) when it has token losses."""
+    token_loss = work.stored(strategy_step(name))["fingerprint"]["student"].get("token_loss")
+    return {**work.step_info(strategy_step(name)), **({"token_loss": token_loss} if token_loss else {})}
+
+
 def ablation_report(work: WorkDir, variants: Sequence[str]) -> str:
-    results = {name: work.step_info(strategy_step(name)) for name in variants}
+    results = {name: _with_token_loss(work, name) for name in variants}
     return render_report(work.root, work.step_info("data"), work.step_info("teacher")["scores"], results)

@@ -317,15 +317,17 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
 
 
 # StudentConfig fields only multi-grained distillation reads.
-MULTIGRAINED_FIELDS = ("losses", "loss_weighting", "kbest", "epochs", "use_unlabeled")
+MULTIGRAINED_FIELDS = ("losses", "loss_weighting", "token_loss", "kbest", "epochs", "use_unlabeled")
 
 
 def student_fingerprint(sc: StudentConfig) -> dict:
     """The settings that make a student: an XtremeDistil student leaves out the multi-grained
     fields (so their defaults can change without refusing its work dirs), a CRF student or the
     default leaves out heads_on, and the loss terms are
-    listed in one canonical order (their order does not change the loss)."""
-    from xtremedistil_tf.training.multigrained import LOSSES
+    listed in one canonical order (their order does not change the loss). token_loss counts only
+    with a token loss (token_em, token_pos): a work dir whose token losses were made before it
+    existed (they were the KL then) is refused as made by another configuration."""
+    from xtremedistil_tf.training.multigrained import LOSSES, TOKEN_LEVEL
 
     fields = asdict(sc)
     # heads_on is left out where it has no effect (CRF students) or keeps its default, so work
@@ -335,6 +337,8 @@ def student_fingerprint(sc: StudentConfig) -> dict:
     if sc.method != "multigrained":
         return {k: v for k, v in fields.items() if k not in MULTIGRAINED_FIELDS}
     fields["losses"] = sorted(fields["losses"], key=lambda n: LOSSES.index(n) if n in LOSSES else len(LOSSES))
+    if not set(sc.losses) & set(TOKEN_LEVEL):
+        del fields["token_loss"]
     return fields
 
 

@@ -41,6 +41,10 @@ flags.DEFINE_enum("scheme", "IOB2", ["IOB1", "IOB2", "BIOES", "BMES"], "Tag sche
 flags.DEFINE_bool("strict_tags", False, "Reject invalid tag sequences (e.g. I- after O) instead of reading them leniently.")
 flags.DEFINE_integer("max_train_sentences", 0, "Use only the first N training sentences of each language (0: all).")
 flags.DEFINE_integer("max_eval_sentences", 0, "Use only the first N dev and test sentences of each language (0: all).")
+flags.DEFINE_integer("transfer_from_train_rest", 0,
+                     "Unlabeled transfer text from the train split: per language, up to N train sentences past the "
+                     "first --max_train_sentences (which it needs), labels dropped (0: none; a count above the rest "
+                     "takes all of it). Joins the transfer set before --transfer_file.")
 
 # Teacher. Recipe flags left unset take the head's recipe (teachers.finetune.recipe_for:
 # FinetuneConfig's defaults, the multi-grained paper's for --teacher_head=crf); docs/benchmarks.md
@@ -120,6 +124,9 @@ flags.DEFINE_integer("kbest", 5, "K of the teacher's k-best Viterbi surrogates (
 flags.DEFINE_list("mg_losses", ["hard", "seq_ce", "seq_fuzzy"],
                   "Loss terms: hard, seq_ce, seq_fuzzy, token_em, token_pos (default: the paper's SEQ, Eq. 8).")
 flags.DEFINE_enum("loss_weighting", "uncertainty", ["uncertainty", "equal"], "How the loss terms are combined.")
+flags.DEFINE_enum("token_loss", "ce", ["ce", "kl"],
+                  "token_em and token_pos as Eq. 10's cross-entropy (ce) or as the KL, which is 0 at a perfect match "
+                  "(kl; under uncertainty weighting its lambda then grows without bound). docs/multigrained.md.")
 flags.DEFINE_integer("student_epochs", 30, "Epochs of multi-grained training (best dev F1 is kept).")
 flags.DEFINE_bool("use_unlabeled", True, "Train on the unlabeled transfer sentences too (the paper's DA).")
 
@@ -218,6 +225,7 @@ def config_from_flags():
                       transfer_file=FLAGS.transfer_file, transfer_char_level=FLAGS.transfer_char_level,
                       scheme=FLAGS.scheme, strict_tags=FLAGS.strict_tags,
                       max_train_sentences=FLAGS.max_train_sentences, max_eval_sentences=FLAGS.max_eval_sentences,
+                      transfer_from_train_rest=FLAGS.transfer_from_train_rest,
                       seed=FLAGS.seed, source=FLAGS.data_source)
     finetune = recipe_for(FLAGS.teacher_head, epochs=FLAGS.teacher_epochs, batch_size=FLAGS.teacher_batch_size,
                           learning_rate=FLAGS.teacher_learning_rate,
@@ -237,6 +245,7 @@ def config_from_flags():
                               hidden_dtype=FLAGS.hidden_dtype, kbest=FLAGS.kbest if multigrained else 0)
     student = StudentConfig(
         method=FLAGS.method, losses=tuple(FLAGS.mg_losses), loss_weighting=FLAGS.loss_weighting,
+        token_loss=FLAGS.token_loss,
         kbest=FLAGS.kbest, epochs=FLAGS.student_epochs, use_unlabeled=FLAGS.use_unlabeled,
         architecture=FLAGS.student_architecture, embedding_dim=FLAGS.student_embedding_dim,
         hidden=FLAGS.student_hidden, depth=FLAGS.student_depth, heads=FLAGS.student_heads, ffn=FLAGS.student_ffn,

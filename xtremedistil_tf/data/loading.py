@@ -42,17 +42,22 @@ class DataConfig:
     # hold-out: the first N train sentences, the first N dev and test sentences.
     max_train_sentences: int = 0
     max_eval_sentences: int = 0
+    # Unlabeled transfer text from the train split itself: per language, up to N train sentences
+    # past the first --max_train_sentences, their labels dropped (0: none). They join the transfer
+    # set before the --transfer_file lines.
+    transfer_from_train_rest: int = 0
     seed: int = HOLDOUT_SEED
     # "tfds:<name>/<config>" (e.g. tfds:wikiann/en, tfds:conll2003): the labeled splits come from
     # TensorFlow Datasets' own builder instead of files (data/tfds_builders.py, load_tfds_splits).
     source: str = ""
 
     def to_dict(self) -> dict:
-        """The settings that make the data; `source` only when set, so work dirs made before it
-        existed keep their fingerprint."""
+        """The settings that make the data; `source` and `transfer_from_train_rest` only when set,
+        so work dirs made before they existed keep their fingerprint."""
         fields = asdict(self)
-        if not fields["source"]:
-            del fields["source"]
+        for name in ("source", "transfer_from_train_rest"):
+            if not fields[name]:
+                del fields[name]
         return fields
 
     @property
@@ -80,6 +85,12 @@ def check_data_config(cfg: DataConfig) -> None:
     for name in ("max_train_sentences", "max_eval_sentences"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name}={getattr(cfg, name)}; expected 0 (all) or a positive count")
+    if cfg.transfer_from_train_rest < 0:
+        raise ConfigError(f"--transfer_from_train_rest={cfg.transfer_from_train_rest}; expected 0 (none) or a "
+                          "positive count per language")
+    if cfg.transfer_from_train_rest and not cfg.max_train_sentences:
+        raise ConfigError(f"--transfer_from_train_rest={cfg.transfer_from_train_rest} takes the train sentences past "
+                          "the labeled ones, so it needs --max_train_sentences (e.g. 2000)")
     try:  # the fractions' own checks, on no data
         split_train_dev_test([], cfg.dev_fraction, cfg.test_fraction if cfg.format == "demo" else 0.0)
     except ValueError as e:
@@ -121,14 +132,16 @@ def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
         else:
             train, dev = holdout_split(train, cfg.dev_fraction, cfg.seed)
         test = _read_labeled(cfg, cfg.test_file, "test") if (cfg.test_file or cfg.format == "wikiann") else []
+    rest = per_language(train, cfg.max_train_sentences, cfg.max_train_sentences + cfg.transfer_from_train_rest)
     train = first_per_language(train, cfg.max_train_sentences)
     dev = first_per_language(dev, cfg.max_eval_sentences)
     test = first_per_language(test, cfg.max_eval_sentences)
     for split, sentences, name in (("dev", dev, cfg.dev_file), ("test", test, cfg.test_file)):
         if train and (cfg.source or cfg.format == "wikiann" or (name and cfg.format != "demo")):
             _check_labels_known(cfg, train, split, sentences)
-    transfer = (read_unlabeled(_path(cfg, cfg.transfer_file), char_level=cfg.transfer_char_level)
-                if cfg.transfer_file else [])
+    transfer = [Sentence(s.tokens, lang=s.lang) for s in rest]   # labels dropped
+    if cfg.transfer_file:
+        transfer += read_unlabeled(_path(cfg, cfg.transfer_file), char_level=cfg.transfer_char_level)
     return {"train": train, "dev": dev, "test": test, "transfer": transfer}
 
 
@@ -154,13 +167,18 @@ def _check_labels_known(cfg: DataConfig, train: List[Sentence], split: str, sent
 
 def first_per_language(sentences: List[Sentence], cap: int) -> List[Sentence]:
     """The first `cap` sentences of each language (of all, for sentences without one), in order."""
-    if not cap:
-        return sentences
+    return per_language(sentences, 0, cap) if cap else sentences
+
+
+def per_language(sentences: List[Sentence], start: int, stop: int) -> List[Sentence]:
+    """Each language's sentences `start` to `stop` (0-based, stop excluded; all sentences count as
+    one language when they have none), in their order."""
     seen: Dict[Optional[str], int] = {}
     kept = []
     for s in sentences:
-        if seen.get(s.lang, 0) < cap:
-            seen[s.lang] = seen.get(s.lang, 0) + 1
+        position = seen.get(s.lang, 0)
+        seen[s.lang] = position + 1
+        if start <= position < stop:
             kept.append(s)
     return kept
 

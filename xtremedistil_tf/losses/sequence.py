@@ -17,6 +17,13 @@ losses), float32, finite for any finite inputs, and runs inside `tf.function` wi
                         p^s_sum, so Eq. 3 and Eq. 6 describe the same quantity.
 - `token_emission_kd`:  L_Token-em (Eq. 10 with softmaxed emissions).
 - `token_posterior_kd`: L_Token-pos (Eq. 10 with CRF marginals).
+
+The token losses are Eq. 10's cross-entropy -(1/N) sum_i sum_c P^t_c log P^s_c over the N real
+tokens by default (`token_loss="ce"`); `token_loss="kl"` subtracts the teacher's entropy, which
+gives the same gradient for the student but not the same value. The value matters under
+uncertainty weighting (Eq. 9): lambda* = 1/(2 L) depends on L, and as the KL goes to 0 (the
+student matches the teacher) lambda grows without bound and -1/2 log lambda makes the objective
+unbounded below; the CE stays above the teacher's entropy. docs/multigrained.md.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.crf import ops
+from xtremedistil_tf.errors import ConfigError
 
 # p^s_sum is clipped to at most 1 - RESIDUAL_EPS before log(1 - p^s_sum): the student may put
 # (numerically) all its mass on the k paths, and the gradient of log(1 - p) blows up as p -> 1.
@@ -31,6 +39,10 @@ RESIDUAL_EPS = 1e-6
 # Floor for the student's token marginals before the log: a tag the student's constraints
 # forbid has marginal exactly 0; the teacher's marginal there is 0 too unless the constraints differ.
 _MARGINAL_FLOOR = 1e-30
+# Token losses (Eq. 10): the cross-entropy the paper writes (default), or the KL, which is the
+# cross-entropy minus the teacher's entropy.
+TOKEN_LOSSES = ("ce", "kl")
+DEFAULT_TOKEN_LOSS = "ce"
 
 
 def _batch_mean(values):
@@ -41,6 +53,22 @@ def _batch_mean(values):
 def _masked_token_mean(values, mask):
     """Mean of values [B, T] over mask [B, T] (float); 0 when nothing is masked in."""
     return tf.math.divide_no_nan(tf.reduce_sum(values * mask), tf.reduce_sum(mask))
+
+
+def check_token_loss(name: str) -> str:
+    """`name` if it is one of TOKEN_LOSSES; ConfigError naming --token_loss otherwise."""
+    if name not in TOKEN_LOSSES:
+        raise ConfigError(f"--token_loss={name!r}; expected ce (Eq. 10's cross-entropy) or kl")
+    return name
+
+
+def _token_loss(p_teacher, log_p_student, mask, token_loss: str):
+    """Eq. 10 over real tokens: -sum_c p_t log p_s per token ("ce"), minus the teacher's entropy
+    for "kl", then the mean over mask [B, T]. p_teacher, log_p_student [B, T, N]."""
+    per_token = -tf.reduce_sum(p_teacher * log_p_student, axis=-1)
+    if check_token_loss(token_loss) == "kl":
+        per_token += tf.reduce_sum(tf.math.xlogy(p_teacher, p_teacher), axis=-1)
+    return _masked_token_mean(per_token, tf.cast(mask, tf.float32))
 
 
 def hard_loss(student_potentials, tags, lengths, transitions):
@@ -126,23 +154,22 @@ def fuzzy_loss(student_potentials, lengths, transitions, kbest_tags, teacher_pro
     return _batch_mean(-mass_t * log_mass_s - (1.0 - mass_t) * _log1m_exp(log_mass_s))
 
 
-def token_emission_kd(student_emissions, teacher_emissions, mask, temperature=1.0):
-    """L_Token-em (Eq. 10): KL(softmax(t / tau) || softmax(s / tau)) per token, masked mean.
+def token_emission_kd(student_emissions, teacher_emissions, mask, temperature=1.0, token_loss=DEFAULT_TOKEN_LOSS):
+    """L_Token-em (Eq. 10): CE(softmax(t / tau), softmax(s / tau)) per token, masked mean
+    ("kl": KL(softmax(t / tau) || softmax(s / tau)), 0 at a perfect match).
 
     student_emissions, teacher_emissions [B, T, N] (per-position logits, no transitions);
-    mask [B, T] (1 for the tokens that count). Eq. 10 writes the cross-entropy; the KL differs
-    by the teacher's entropy, a constant, and is 0 at a perfect match. Not scaled by tau^2.
+    mask [B, T] (1 for the tokens that count). Not scaled by tau^2.
     """
     student = tf.cast(student_emissions, tf.float32) / temperature
     teacher = tf.cast(teacher_emissions, tf.float32) / temperature
-    p_teacher = tf.nn.softmax(teacher, axis=-1)
-    kl = tf.reduce_sum(p_teacher * (tf.nn.log_softmax(teacher, axis=-1) - tf.nn.log_softmax(student, axis=-1)),
-                       axis=-1)
-    return _masked_token_mean(kl, tf.cast(mask, tf.float32))
+    return _token_loss(tf.nn.softmax(teacher, axis=-1), tf.nn.log_softmax(student, axis=-1), mask, token_loss)
 
 
-def token_posterior_kd(student_potentials, student_transitions, teacher_marginals, lengths):
-    """L_Token-pos (Eq. 10 with CRF posteriors): KL(q_t || q_s) per real token, mean over tokens.
+def token_posterior_kd(student_potentials, student_transitions, teacher_marginals, lengths,
+                       token_loss=DEFAULT_TOKEN_LOSS):
+    """L_Token-pos (Eq. 10 with CRF posteriors): CE(q_t, q_s) per real token ("kl": KL(q_t || q_s)),
+    mean over tokens.
 
     q_s = crf_marginals(student_potentials, lengths, student_transitions) [B, T, N] (forward-
     backward, so the student's transitions get gradient too); teacher_marginals [B, T, N] are
@@ -150,8 +177,6 @@ def token_posterior_kd(student_potentials, student_transitions, teacher_marginal
     """
     lengths = tf.cast(lengths, tf.int32)
     q_student = ops.crf_marginals(student_potentials, lengths, student_transitions)
-    q_teacher = tf.cast(teacher_marginals, tf.float32)
     log_q_student = tf.math.log(tf.maximum(q_student, _MARGINAL_FLOOR))
-    kl = tf.reduce_sum(tf.math.xlogy(q_teacher, q_teacher) - q_teacher * log_q_student, axis=-1)
     mask = tf.sequence_mask(lengths, tf.shape(q_student)[1], dtype=tf.float32)
-    return _masked_token_mean(kl, mask)
+    return _token_loss(tf.cast(teacher_marginals, tf.float32), log_q_student, mask, token_loss)

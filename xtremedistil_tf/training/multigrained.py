@@ -15,6 +15,7 @@ Losses (`losses/sequence.py`), by name:
     seq_fuzzy  L_Seq-fuzzy (Eq. 6)
     token_em   L_Token-em (Eq. 10 on the emissions)
     token_pos  L_Token-pos (Eq. 10 on the CRF marginals)
+               both Eq. 10's cross-entropy, or the KL with token_loss="kl" (losses/sequence.py)
 combined by `layers.uncertainty.loss_weighting(config.weighting, n)` (Eq. 9), whose lambdas are
 trained with the student by the same optimizer. Early stopping on dev F1 (Viterbi, `make_crf_dev_f1`)
 or, without an evaluate_fn, on the dev NLL of the gold tags; the best epoch's weights (student and
@@ -49,6 +50,7 @@ from xtremedistil_tf.validation import check_finite_loss
 log = logging.getLogger(__name__)
 
 LOSSES = ("hard", "seq_ce", "seq_fuzzy", "token_em", "token_pos")
+TOKEN_LEVEL = ("token_em", "token_pos")   # the losses `token_loss` (ce | kl) shapes
 INPUT_KEYS = ("input_ids", "attention_mask")
 # Targets each loss reads from the stream (hard reads kbest_tags too when the stream has them).
 LOSS_KEYS = {"hard": ("label_ids",), "seq_ce": ("kbest_tags", "kbest_probs", "kbest_valid"),
@@ -66,6 +68,7 @@ class MultiGrainedConfig:
 
     losses: Tuple[str, ...] = ("hard", "seq_ce")
     weighting: str = "uncertainty"   # uncertainty | equal
+    token_loss: str = sequence.DEFAULT_TOKEN_LOSS   # ce (Eq. 10) | kl, of token_em and token_pos
     kbest: int = 5                   # K of the k-best surrogates used (<= the cache's K)
     epochs: int = 30
     batch_size: int = 32
@@ -88,6 +91,7 @@ class MultiGrainedConfig:
         if self.weighting not in LOSS_WEIGHTINGS:
             raise ConfigError(f"weighting {self.weighting!r}; expected one of {tuple(LOSS_WEIGHTINGS)}")
         self.kbest = check_kbest(self.kbest)
+        sequence.check_token_loss(self.token_loss)
 
 
 @dataclass
@@ -127,7 +131,7 @@ def labeled_nll(potentials, label_ids, lengths, transitions, labeled):
     return tf.math.divide_no_nan(tf.reduce_sum(nll * weights), tf.reduce_sum(weights))
 
 
-def _loss_values(names, outputs, batch, transitions, pad_id: int) -> List[tf.Tensor]:
+def _loss_values(names, outputs, batch, transitions, pad_id: int, token_loss: str) -> List[tf.Tensor]:
     """One scalar per enabled loss, in `names` order, for a trimmed batch and the student's outputs."""
     potentials, mask = outputs["potentials"], batch["attention_mask"]
     lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
@@ -144,9 +148,10 @@ def _loss_values(names, outputs, batch, transitions, pad_id: int) -> List[tf.Ten
             values.append(fn(potentials, lengths, transitions, tf.cast(batch["kbest_tags"], tf.int32),
                              batch["kbest_probs"], batch["kbest_valid"]))
         elif name == "token_em":
-            values.append(sequence.token_emission_kd(outputs["logits"], batch["logits"], mask))
+            values.append(sequence.token_emission_kd(outputs["logits"], batch["logits"], mask, token_loss=token_loss))
         else:
-            values.append(sequence.token_posterior_kd(potentials, transitions, batch["marginals"], lengths))
+            values.append(sequence.token_posterior_kd(potentials, transitions, batch["marginals"], lengths,
+                                                      token_loss=token_loss))
     return values
 
 
@@ -217,7 +222,7 @@ def _loss_counts(names, batch, pad_id: int) -> tf.Tensor:
         if name == "hard" and "kbest_tags" not in batch:
             counts.append(tf.reduce_sum(tf.cast(labeled_rows(batch["label_ids"], batch["attention_mask"], pad_id),
                                                 tf.float32)))
-        elif name in ("token_em", "token_pos"):
+        elif name in TOKEN_LEVEL:
             counts.append(tf.reduce_sum(mask))
         else:
             counts.append(rows)
@@ -255,7 +260,8 @@ class _Steps:
     def _train(self, batch):
         with tf.GradientTape() as tape:
             outputs = self.student({k: batch[k] for k in INPUT_KEYS}, training=True)
-            values = tf.stack(_loss_values(self.config.losses, outputs, batch, self.crf.transitions, self.pad_id))
+            values = tf.stack(_loss_values(self.config.losses, outputs, batch, self.crf.transitions, self.pad_id,
+                                           self.config.token_loss))
             total = self.weighting(values)
         self.optimizer.minimize(total, self.variables, tape=tape)
         return total, values
@@ -268,7 +274,7 @@ class _Steps:
         with tf.GradientTape() as tape:
             outputs = self.student({k: batch[k] for k in INPUT_KEYS}, training=True)
             values = tf.stack(_loss_values(self.config.losses, outputs, batch, self.crf.transitions,
-                                           self.pad_id)) * share
+                                           self.pad_id, self.config.token_loss)) * share
             # The weighting is linear in the losses plus a regulariser (weighting of zeros):
             # keep 1/R of the regulariser per replica.
             total = self.weighting(values) - (1.0 - 1.0 / replicas) * self.weighting(tf.zeros_like(values))

@@ -24,6 +24,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import score_by_language
 from xtremedistil_tf.export.student import StudentMeta, load_student_dir, write_student_dir
 from xtremedistil_tf.io import atomic_dir
+from xtremedistil_tf.losses.sequence import DEFAULT_TOKEN_LOSS
 from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
 from xtremedistil_tf.teachers.cache import read_sharded
 from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
@@ -56,10 +57,12 @@ class StudentConfig:
     alpha: float = 1.0
     beta: float = 1.0
     gamma: float = 1.0
-    # multigrained only (paper Tables 1-3): the loss terms, their weighting, K of the k-best
-    # surrogates, epochs, and whether unlabeled transfer sentences are used (DA).
+    # multigrained only (paper Tables 1-3): the loss terms, their weighting, the token losses'
+    # form (Eq. 10's ce, or kl), K of the k-best surrogates, epochs, and whether unlabeled
+    # transfer sentences are used (DA).
     losses: Tuple[str, ...] = ("hard", "seq_ce", "seq_fuzzy")   # the paper's SEQ (Eq. 8)
     loss_weighting: str = "uncertainty"
+    token_loss: str = DEFAULT_TOKEN_LOSS
     kbest: int = 5
     epochs: int = 30
     use_unlabeled: bool = True
@@ -238,7 +241,8 @@ def distil_multigrained(cfg: StudentConfig, teacher, tokenizer, transfer_dir, tr
         student = build_resumable(build_student, cfg, teacher, scheme)
     transfer = read_sharded(transfer_dir)
     stream = transfer if cfg.use_unlabeled else transfer.take(train_windows)
-    config = MultiGrainedConfig(losses=tuple(cfg.losses), weighting=cfg.loss_weighting, kbest=cfg.kbest,
+    config = MultiGrainedConfig(losses=tuple(cfg.losses), weighting=cfg.loss_weighting,
+                                token_loss=cfg.token_loss, kbest=cfg.kbest,
                                 epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                                 patience=cfg.patience, seed=cfg.seed, progress=progress,
                                 log_dir=str(log_dir) if log_dir else None)

@@ -244,7 +244,7 @@ def test_pruned_vocabulary_serves_its_corpus_unchanged(student, tmp_path):
     texts = tf.constant(["john was in paris .", "johnson at paris", "paris"])
     for key, value in full.serve(texts).items():
         np.testing.assert_array_equal(pruned.serve(texts)[key].numpy(), value.numpy(), err_msg=key)
-    pieces = pruned.tokenizer.tokenize(tf.constant(["mary"])).flat_values.numpy()
+    pieces = pruned.tokenizer.tokenize(tf.constant(["mary"]))[0].flat_values.numpy()
     assert [pruned.vocab[i] for i in pieces] == ["m", "##a", "##r", "##y"]
     # Without the character rule, only seen pieces and the special ones survive.
     vocab = full.vocab

@@ -31,7 +31,7 @@ from xtremedistil_tf.data.loading import DATA_FORMATS
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export.student import CLASSIFIER
-from xtremedistil_tf.io import read_json
+from xtremedistil_tf.io import read_json, say_if_blocking
 
 FLAGS = flags.FLAGS
 
@@ -72,9 +72,7 @@ def read_labeled(fmt: str, data_dir: str, test_file: str, langs: Sequence[str], 
     path = Path(test_file)
     if data_dir and not path.is_absolute():
         path = Path(data_dir) / path
-    if path.exists() and not path.is_file() and not path.is_dir():
-        # A FIFO (or a device) blocks until its writer writes: say what is waited for.
-        print(f"reading {path}", file=sys.stderr, flush=True)
+    say_if_blocking(path)
     return read_dataset(fmt, path, scheme=scheme, strict_tags=strict_tags)
 
 

@@ -35,9 +35,11 @@ define_common_flags()
 def _read_lines(name: str):
     """One text per line of --input (portable.read_lines: split at \\n only, invalid UTF-8 replaced)."""
     from xtremedistil_tf.export.portable import read_lines
+    from xtremedistil_tf.io import say_if_blocking
 
     if name == "-":
         return read_lines(sys.stdin.buffer.read(), "<stdin>")
+    say_if_blocking(name)
     try:
         with open(name, "rb") as f:
             return read_lines(f.read(), name)

@@ -4,9 +4,9 @@ Training reads words with Hugging Face `tokenizers`' BERT normalizer and pre-tok
 student's `BertTokenizerFast`, and `tokenizer.json` of ONNX/TFLite exports): control, format,
 private-use and unassigned characters, NUL and U+FFFD are removed (and, with lower casing, the
 combining marks that stripping accents removes), whitespace separates words, each punctuation and
-CJK character is a word of its own. `bert_char_classes` reads those sets from the installed
-`tokenizers` itself (so the graph follows the tokenizer, not a copy of its rules) and returns them
-as RE2 character classes; export.serving splits text with them (docs/serving.md, Offsets).
+CJK character is a word of its own. `compute_char_classes` reads those sets from the installed
+`tokenizers` itself (so the graph follows the tokenizer, not a copy of its rules) as RE2 character
+classes; `WordPieces` splits text with them in the graph (export.serving; docs/serving.md, Offsets).
 
 Reading them takes seconds (every code point goes through the normalizer), so they are stored in
 bert_chars.json (`python -m xtremedistil_tf.export.words` writes it) and

@@ -16,6 +16,7 @@ setup(
     packages=find_packages(include=["xtremedistil_tf", "xtremedistil_tf.*"]),
     python_requires=">=3.10",
     install_requires=REQUIREMENTS,
+    package_data={"xtremedistil_tf.export": ["bert_chars.json"]},
     # The same commands as bin/*, for installs without a checkout.
     entry_points={"console_scripts": [
         f"xtremedistil-{name.replace('_', '-')}=xtremedistil_tf.cli.{name}:run"

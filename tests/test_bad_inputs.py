@@ -202,6 +202,17 @@ def cli_cases(corpus, teacher_dir, root):
     no_config = root / "teacher_without_config"
     no_config.mkdir(exist_ok=True)
     (no_config / "vocab.txt").write_text("[PAD]\n", encoding="utf-8")
+    corrupt = root / "teacher_with_corrupt_weights"
+    corrupt.mkdir(exist_ok=True)
+    for name in ("config.json", "vocab.txt"):
+        (corrupt / name).write_bytes((teacher_dir / name).read_bytes())
+    (corrupt / "tf_model.h5").write_bytes(b"<html>404</html>")   # a failed download saved as the weights
+    unreadable = root / "teacher_with_unreadable_weights"
+    (unreadable / "tf_model.h5").mkdir(parents=True, exist_ok=True)   # unreadable also as root
+    for name in ("config.json", "vocab.txt"):
+        (unreadable / name).write_bytes((teacher_dir / name).read_bytes())
+    labeled_transfer = root / "labeled_transfer.txt"
+    labeled_transfer.write_text("john\tB-PER\nsays\tO\n\nparis\tB-LOC\n", encoding="utf-8")
     no_vocab = root / "teacher_without_vocab"
     no_vocab.mkdir(exist_ok=True)
     (no_vocab / "config.json").write_text((teacher_dir / "config.json").read_text(encoding="utf-8"), encoding="utf-8")
@@ -249,6 +260,19 @@ def cli_cases(corpus, teacher_dir, root):
         "teacher_without_vocab": ([f"--teacher={no_vocab}"], f"--teacher={no_vocab}: teacher directory {no_vocab} "
                                                              "has no tokenizer (expected one of vocab.txt"),
         "langs_with_conll": (["--langs=en"], "--langs=en is read only with --data_format=wikiann (not conll)"),
+        # Issue 16, item 10: the model or file named in one line.
+        "hub_name_misspelt": (["--teacher=bert-base-uncasd"],
+                              "--teacher=bert-base-uncasd: no local directory of that name, and the Hugging Face "
+                              "hub cache (HF_HUB_OFFLINE=1) has no model of that name (a misspelling?)"),
+        "teacher_weights_corrupt": ([f"--teacher={corrupt}", "--noteacher_random_init"],
+                                    f"{corrupt / 'tf_model.h5'}: not a h5 weight file (16 bytes, starting "
+                                    "b'<html>40'); re-download or re-save the teacher"),
+        "teacher_weights_unreadable": ([f"--teacher={unreadable}", "--noteacher_random_init"],
+                                       f"{unreadable / 'tf_model.h5'}: the teacher's weights cannot be read: "
+                                       "Is a directory"),
+        "labeled_conll_as_transfer_file": ([f"--transfer_file={labeled_transfer}"],
+                                           f"{labeled_transfer}:1: 'john\\tB-PER' is a token and its tag 'B-PER', "
+                                           "as are the next 2 lines: this is labeled CoNLL data"),
         # Not a flag error: training runs and its loss stops being finite (tested on its own below).
         "teacher_loss_diverges": (["--teacher_learning_rate=1e30", "--teacher_epochs=2"],
                                   "step teacher: the training loss became nan in epoch 1; nothing of the step was kept"),
@@ -292,6 +316,8 @@ CLI_CASES = ["labels_train_lacks", "empty_transfer_file", "teacher_without_weigh
              "student_dropout_above_1", "teacher_dropout_negative", "seed_negative", "teacher_learning_rate_nan",
              "overrides_heads_do_not_divide_hidden", "overrides_misspelt_key",
              "random_teacher_max_seq_length_beyond_positions", "teacher_without_vocab", "langs_with_conll",
+             "hub_name_misspelt", "teacher_weights_corrupt", "teacher_weights_unreadable",
+             "labeled_conll_as_transfer_file",
              "work_dir_under_a_file", "work_dir_read_only"]
 
 

@@ -323,7 +323,7 @@ def test_pruned_vocabulary_serves_its_corpus_unchanged(student, tmp_path):
     texts = tf.constant(["john was in paris .", "johnson at paris", "paris"])
     for key, value in full.serve(texts).items():
         np.testing.assert_array_equal(pruned.serve(texts)[key].numpy(), value.numpy(), err_msg=key)
-    pieces = pruned.tokenizer.tokenize(tf.constant(["mary"])).flat_values.numpy()
+    pieces = pruned.tokenizer.tokenize(tf.constant(["mary"]))[0].flat_values.numpy()
     assert [pruned.vocab[i] for i in pieces] == ["m", "##a", "##r", "##y"]
     # Without the character rule, only seen pieces and the special ones survive.
     vocab = full.vocab
@@ -399,3 +399,48 @@ def test_evaluate_scores_an_export_like_its_student(student, exported, tiny_toke
         assert served["all"][key] == pytest.approx(keras[key])
     assert served["all"]["f1"] > 0.5  # the toy student learned the task, so the comparison is not vacuous
     assert "exact entity character spans" in format_scores(served)
+
+
+def test_evaluate_refuses_tags_outside_the_label_set_for_an_export_as_for_its_student(student, exported):
+    """Issue 16, item 9: an export scored on data of other labels is refused before it loads, in the
+    same words as its student dir (it used to score F1 0 and exit 0)."""
+    from xtremedistil_tf.cli.evaluate import evaluate_model
+
+    sentences = [Sentence(["john", "says", "hallo"], ["B-PER", "O", "B-MISC"])]
+    for model_dir in (exported.parent, student[1]):
+        with pytest.raises(ConfigError) as info:
+            evaluate_model(model_dir, sentences, "IOB2")
+        assert str(info.value) == (f"--model={model_dir} was trained on the labels O, B-PER, I-PER, B-LOC, I-LOC; "
+                                   "the data has B-MISC, which it cannot predict: score it on data of its label set")
+        with pytest.raises(ConfigError, match=r"tags in IOB2, but --scheme=BIOES$"):
+            evaluate_model(model_dir, [Sentence(["john"], ["S-PER"])], "BIOES")
+
+
+def test_evaluate_says_which_fifo_it_waits_for(exported, tmp_path):
+    """Issue 16, item 9: a FIFO as --test_file blocks until written, after "reading <file>" on stderr."""
+    import threading
+
+    fifo = tmp_path / "test.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, str(REPO / "bin" / "evaluate"), f"--model={exported.parent}",
+                             "--data_format=conll", f"--test_file={fifo}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=ENV)
+    timer = threading.Timer(300, proc.kill)   # never hang the suite: a killed process ends stderr
+    timer.start()
+    line = b""
+    try:
+        for line in iter(proc.stderr.readline, b""):
+            if line.startswith(b"reading"):
+                break
+        assert line.decode().rstrip("\n") == f"reading {fifo}"
+        fifo.write_text("john B-PER\nsays O\nhallo B-MISC\n\n", encoding="utf-8")   # unblocks the reader
+        _, err = proc.communicate(timeout=300)
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    # Then the same one-line refusal as above, exit 2.
+    assert proc.returncode == 2, err.decode()[-3000:]
+    assert err.decode().strip().splitlines()[-1] == (
+        f"error: --model={exported.parent} was trained on the labels O, B-PER, I-PER, B-LOC, I-LOC; the data has "
+        "B-MISC, which it cannot predict: score it on data of its label set")

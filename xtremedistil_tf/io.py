@@ -54,3 +54,13 @@ def atomic_write_json(path, obj) -> None:
 
 def read_json(path):
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def say_if_blocking(path) -> None:
+    """Print "reading <path>" on stderr when reading `path` may wait for a writer (a FIFO, a
+    device: anything but a regular file or a directory), so a command that blocks says on what."""
+    import sys
+
+    path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():
+        print(f"reading {path}", file=sys.stderr, flush=True)

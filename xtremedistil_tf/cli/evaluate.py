@@ -14,7 +14,9 @@ data flags are bin/train's: the file is --test_file (relative to --data_dir); fo
 <data_dir>/<lang>/<test_file> for each of --langs (default: the test split); for demo it is the
 test split bin/train holds out (same --dev_fraction, --test_fraction and --seed).
 Prints entity precision, recall and F1, and per-language F1 with their mean and standard
-deviation when the sentences carry a language.
+deviation when the sentences carry a language. A student dir or export is refused in one line,
+before it loads, when the data has tags outside its label set or another --scheme. A --test_file
+that is a FIFO is announced on stderr ("reading <file>") before the read waits for its writer.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from xtremedistil_tf.data.loading import DATA_FORMATS
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export.student import CLASSIFIER
-from xtremedistil_tf.io import read_json
+from xtremedistil_tf.io import read_json, say_if_blocking
 
 FLAGS = flags.FLAGS
 
@@ -70,6 +72,7 @@ def read_labeled(fmt: str, data_dir: str, test_file: str, langs: Sequence[str], 
     path = Path(test_file)
     if data_dir and not path.is_absolute():
         path = Path(data_dir) / path
+    say_if_blocking(path)
     return read_dataset(fmt, path, scheme=scheme, strict_tags=strict_tags)
 
 
@@ -93,6 +96,9 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str) -> Dic
         raise ConfigError("no labeled sentences to score")
     kind, path = model_kind(directory)
     if kind == "export":
+        meta = _export_meta(path)
+        if meta is not None:
+            _check_tags(path, meta, sentences, scheme)
         return {"model": str(path), "kind": kind, "scheme": scheme, **_evaluate_served(path, sentences, scheme)}
     _check_task(path, kind, sentences)
     if kind == "teacher":
@@ -121,21 +127,43 @@ def _check_task(path: Path, kind: str, sentences: Sequence[Sentence]) -> None:
         raise ConfigError(f"{path} tags tokens; score it on tagged data, not --data_format=label_tsv")
 
 
+def _export_meta(path: Path):
+    """The student.json an export carries (assets.extra/, export.serving), None if it has none."""
+    from xtremedistil_tf.export.predictor import saved_model_dir
+    from xtremedistil_tf.export.student import read_config
+
+    extra = saved_model_dir(path) / "assets.extra"
+    return read_config(extra) if (extra / "student.json").exists() else None
+
+
+def _check_tags(path: Path, meta, sentences: Sequence[Sentence], scheme: str) -> None:
+    """A tagger (student dir or export) scores data of its own scheme and label set only; checked
+    before the model loads. Predicted tags are in the model's scheme and gold tags in --scheme;
+    scoring converts both with one scheme, so they must agree."""
+    from xtremedistil_tf.data.schemes import normalize_scheme
+
+    if meta.scheme != normalize_scheme(scheme):
+        raise ConfigError(f"{path} tags in {meta.scheme}, but --scheme={scheme}")
+    unknown = sorted({tag for s in sentences for tag in (s.tags or ())} - set(meta.labels))
+    if unknown:
+        raise ConfigError(f"--model={path} was trained on the labels {', '.join(meta.labels)}; the data has "
+                          f"{', '.join(unknown)}, which it cannot predict: score it on data of its label set")
+
+
 def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str) -> Dict:
     from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.data.schemes import normalize_scheme
+    from xtremedistil_tf.export.student import read_config
     from xtremedistil_tf.training.student_run import evaluate_student, load_student
 
+    meta = read_config(path)
+    if meta.decoder != CLASSIFIER:
+        _check_tags(path, meta, sentences, scheme)
     model, meta, tokenizer = load_student(path)
     if meta.decoder == CLASSIFIER:
         from xtremedistil_tf.data.classification import ClassVocab
         from xtremedistil_tf.training.classification import evaluate_classifier_student
 
         return evaluate_classifier_student(model, tokenizer, ClassVocab(meta.labels), meta.max_seq_length, sentences)
-    # Predicted tags are in the student's scheme and gold tags in --scheme; scoring converts
-    # both with one scheme, so they must agree.
-    if meta.scheme != normalize_scheme(scheme):
-        raise ConfigError(f"{path} tags in {meta.scheme}, but --scheme={scheme}")
     return evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length, sentences, scheme,
                             meta.decoder)
 

@@ -351,12 +351,30 @@ def read_unlabeled(path: PathLike, char_level: bool = False, lang: Optional[str]
     Tokens are whitespace-separated words, or with char_level=True the
     non-whitespace characters (Chinese text, whose spaces carry no meaning).
     """
-    sentences = []
-    for _, line in _open_lines(path):
+    sentences, tagged = [], []
+    for lineno, line in _open_lines(path):
         tokens = [c for c in line if not c.isspace()] if char_level else line.split()
         if tokens:
             sentences.append(Sentence(tokens, None, lang))
+            if len(tagged) < _LABELED_PROBE:
+                tagged.append((lineno, line) if len(line.split()) >= 2 and _TAG.match(line.split()[-1]) else None)
+    _refuse_labeled(path, tagged)
     return _require_sentences(path, sentences, "one sentence per line")
+
+
+# Labeled CoNLL given as unlabeled text: its first lines (up to this many) all end in a tag column.
+_LABELED_PROBE = 20
+_TAG = re.compile(r"^(?:O|[BIMES]-\S+)$")
+
+
+def _refuse_labeled(path: PathLike, tagged: list) -> None:
+    """A DataFormatError at the first line when every one of the first non-blank lines (two or more)
+    is a token and a tag, as in CoNLL columns (`John B-PER`, `en:John<TAB>B-PER`): the file is labeled data."""
+    if len(tagged) >= 2 and all(tagged):
+        lineno, line = tagged[0]
+        raise DataFormatError(path, lineno, f"{line.strip()!r} is a token and its tag {line.split()[-1]!r}, as are "
+                                            f"the next {len(tagged) - 1} lines: this is labeled CoNLL data; expected "
+                                            "unlabeled text, one sentence per line")
 
 
 def read_label_tsv(path: PathLike, lang: Optional[str] = None, **_token_options) -> list[Sentence]:

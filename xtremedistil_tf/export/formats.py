@@ -68,7 +68,7 @@ def portable_dir(export_dir, name: str, fmt: str, quantize: str) -> Path:
 def write_tokenizer(vocab: List[str], lower_case: bool, path) -> None:
     """tokenizer.json: BERT WordPiece over `vocab` (ids = positions) with BERT's normalizer (lower
     case and accents stripped when `lower_case`, CJK characters split) and pre-tokenizer, as the
-    SavedModel's FastBertTokenizer."""
+    SavedModel's tokenizer (export.words.WordPieces, tested on the same words)."""
     from tokenizers import BertWordPieceTokenizer
 
     tokenizer = BertWordPieceTokenizer({piece: index for index, piece in enumerate(vocab)}, unk_token="[UNK]",

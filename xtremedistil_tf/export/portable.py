@@ -11,7 +11,8 @@ It reproduces the SavedModel's `serving_default` (docs/serving.md): WordPiece pi
 offsets (`tokenizer.json`, the student's served vocabulary), windows wrapped in [CLS]/[SEP], the
 model on the windows, a word's tag read at its first piece, lenient span decoding, and the same
 {"start", "end", "type", "text", "confidence"} records as `bin/predict` (offsets are Python str
-indices, end exclusive). `export.json` holds the tag tables, the window lengths and, for CRF
+indices, end exclusive; `main` reads bytes and replaces invalid UTF-8 as `read_lines` says, so the
+offsets index the same text as the SavedModel's). `export.json` holds the tag tables, the window lengths and, for CRF
 students, the transitions: their graph returns the CRF potentials and `viterbi`/`marginals` below
 decode them in NumPy.
 """
@@ -184,12 +185,9 @@ class Predictor:
 
     def _entities(self, text: str, ids, offsets, tags, probs) -> List[dict]:
         meta = self.meta
-        words = []  # [tag, prob, start char, end char] per word; a word's tag is its first piece's
-        for position, (piece, (start, end)) in enumerate(zip(ids, offsets)):
-            if position == 0 or not self.continuation[piece]:
-                words.append([int(tags[position]), float(probs[position]), start, end])
-            else:
-                words[-1][3] = max(words[-1][3], end)
+        # [tag, prob, start char, end char] per word; a word's tag is its first piece's
+        words = [[int(tags[first]), float(probs[first]), start, end]
+                 for first, start, end in word_spans(ids, offsets, self.continuation)]
         spans = []  # [type id, first word, last word, probabilities]
         previous_prefix, previous_type = OUTSIDE, -1
         for index, (tag, prob, _, _) in enumerate(words):
@@ -210,6 +208,40 @@ class Predictor:
         return entities
 
 
+def word_spans(ids, offsets, continuation: np.ndarray) -> List[tuple]:
+    """(first piece, start char, end char) of each word of one text's WordPiece `ids` and character
+    `offsets`: a word starts at each piece that is not a "##" continuation, as the tokenizer's words do."""
+    words = []
+    for position, (piece, (start, end)) in enumerate(zip(ids, offsets)):
+        if position == 0 or not continuation[piece]:
+            words.append([position, start, end])
+        else:
+            words[-1][2] = max(words[-1][2], end)
+    return [tuple(word) for word in words]
+
+
+def read_lines(data: bytes, name: str) -> List[str]:
+    """The texts of `data`, one per line: split at "\\n" only (a line's final "\\r" is dropped, a "\\r"
+    inside a line stays in its text), invalid UTF-8 replaced by U+FFFD as bytes.decode(errors="replace")
+    does, the text the offsets index; one note on stderr names the first such line of `name`."""
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    texts, invalid = [], []
+    for number, line in enumerate(lines, 1):
+        line = line[:-1] if line.endswith(b"\r") else line
+        try:
+            texts.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            texts.append(line.decode("utf-8", errors="replace"))
+            invalid.append(number)
+    if invalid:
+        more = f" (and {len(invalid) - 1} more lines)" if len(invalid) > 1 else ""
+        print(f"note: {name}:{invalid[0]}{more}: invalid UTF-8, replaced by U+FFFD; offsets count each "
+              "replacement character as one character", file=sys.stderr, flush=True)
+    return texts
+
+
 def load(directory, threads: Optional[int] = None) -> Predictor:
     return Predictor(directory, threads)
 
@@ -219,7 +251,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"usage: python {Path(argv[0]).name} <export dir> < texts (one a line)", file=sys.stderr)
         return 2
     predictor = load(argv[1])
-    lines = [line.rstrip("\n") for line in sys.stdin]
+    lines = read_lines(sys.stdin.buffer.read(), "<stdin>")
     for record in predictor.predict(lines):
         print(json.dumps(record, ensure_ascii=False), flush=True)
     return 0

@@ -18,7 +18,7 @@ from xtremedistil_tf.data.schemes import tags_to_spans
 from xtremedistil_tf.errors import ConfigError
 
 
-def _saved_model_dir(path: Path) -> Path:
+def saved_model_dir(path: Path) -> Path:
     """`path` itself when it holds saved_model.pb, else its highest numeric version (as TF Serving picks)."""
     if (path / "saved_model.pb").exists():
         return path
@@ -48,7 +48,7 @@ def load_serving_fn(path) -> Callable:
         module = NerServing.from_student_dir(path)
         # A bound tf.function holds its module weakly: the closure keeps the module alive.
         return lambda text: module.serve(text)
-    return tf.saved_model.load(str(_saved_model_dir(path))).signatures["serving_default"]
+    return tf.saved_model.load(str(saved_model_dir(path))).signatures["serving_default"]
 
 
 class TextTagger:

@@ -1,10 +1,11 @@
 """A TF Serving SavedModel of a student: raw strings in, word tags and entity spans out.
 
-Everything runs in the graph: WordPiece tokenization with offsets (tensorflow-text's
-FastBertTokenizer, whose offsets point into the original string), windows of pieces with
-[CLS]/[SEP], the student, softmax-argmax or CRF-Viterbi decoding, the word's tag read at its
-first piece (as in data/alignment.py), lenient span decoding (as schemes.tags_to_spans) and
-byte -> character offsets. docs/serving.md describes the signatures.
+Everything runs in the graph: invalid UTF-8 replaced as Python's bytes.decode("utf-8",
+errors="replace") does, the training tokenizer's word split with byte offsets and WordPiece ids
+per word (export.words.WordPieces), windows of pieces with [CLS]/[SEP], the student,
+softmax-argmax or CRF-Viterbi decoding, the word's tag read at its first piece (as in
+data/alignment.py), lenient span decoding (as schemes.tags_to_spans) and byte -> character
+offsets. docs/serving.md describes the signatures and the offset unit.
 
 Shapes: B texts, P pieces (all texts together), W words (all texts), S spans (all texts),
 C windows, L window length, N tags. Ragged per-text results are padded to dense at the end.
@@ -17,7 +18,6 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from xtremedistil_tf.crf import ops as crf_ops
 from xtremedistil_tf.data.alignment import PAD_TAG
@@ -27,6 +27,7 @@ from xtremedistil_tf.export.bfloat16 import check_cpu, in_bfloat16
 from xtremedistil_tf.export.student import (CLASSIFIER, StudentMeta, block_bilstm, clone_replacing, check_servable,
                                             load_student_dir, read_config, served_model)
 from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, pruned_embedding
+from xtremedistil_tf.export.words import WordPieces
 from xtremedistil_tf.io import atomic_dir
 
 # Prefix codes of a word's tag for span decoding; I- and M- (BMES) are the same "inside".
@@ -90,13 +91,20 @@ def byte_to_char(text, rows, offsets):
     """Character (Unicode code point) offsets of byte `offsets` [K] into text[rows] [K].
 
     A byte offset maps to the number of characters that start before it, so an exclusive
-    end byte maps to an exclusive end character. Invalid UTF-8 counts one character per bad byte.
+    end byte maps to an exclusive end character. `text` is valid UTF-8 (valid_utf8).
     """
     _, char_starts = tf.strings.unicode_decode_with_offsets(text, "UTF-8", errors="replace")
     keys = char_starts.value_rowids() * _ROW_STRIDE + char_starts.flat_values
     queries = tf.cast(rows, tf.int64) * _ROW_STRIDE + tf.cast(offsets, tf.int64)
     index = tf.searchsorted(keys[None], queries[None], side="left", out_type=tf.int64)[0]
     return tf.cast(index - tf.gather(char_starts.row_splits, rows), tf.int32)
+
+
+def valid_utf8(text):
+    """Texts [B] with each maximal invalid UTF-8 subsequence replaced by U+FFFD, as Python's
+    bytes.decode("utf-8", errors="replace") does: the text the served offsets index."""
+    return tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD,
+                                        replace_control_characters=False)
 
 
 def decode_spans(prefix, type_id, word_row, word_position):
@@ -189,11 +197,8 @@ class NerServing(tf.Module):
         # Transformer students have position embeddings for max_seq_length; BiLSTMs take any length.
         self._budget = config.max_seq_length - 2 if config.architecture == "transformer" else None
         if vocab is not None:
-            self.tokenizer = tf_text.FastBertTokenizer(
-                vocab, token_out_type=tf.int32, unknown_token="[UNK]",
-                lower_case_nfd_strip_accents=config.lower_case)
+            self.tokenizer = WordPieces(vocab, config.lower_case)
             self._cls, self._sep, self._pad = (vocab.index(p) for p in ("[CLS]", "[SEP]", "[PAD]"))
-            self._continuation = tf.constant([p.startswith("##") for p in vocab])
         words, prefixes, type_ids, types = tag_tables(config)
         self._word_labels = tf.constant(words)
         self._prefixes = tf.constant(prefixes, tf.int32)
@@ -297,36 +302,27 @@ class NerServing(tf.Module):
         tag_ids, tag_probs, probs = self.decode_windows(input_ids, attention_mask)
         return {"tag_ids": tag_ids, "tag_probs": tag_probs, "probs": probs}
 
-    def _pieces(self, text):
-        """Flat piece tags of all texts: (pieces [B, (P)], start/end bytes [B, (P)], tag [P], prob [P])."""
-        pieces, start, end = self.tokenizer.tokenize_with_offsets(text)
-        input_ids, attention_mask, lengths = windows_of(pieces, self._budget, self._cls, self._sep, self._pad)
+    def _words(self, text):
+        """Flat words of valid UTF-8 texts: (row [W], position in its text [W], tag [W], prob [W],
+        start/end byte [W])."""
+        pieces, start, end = self.tokenizer.tokenize(text)   # [B, (W), (P)]
+        input_ids, attention_mask, lengths = windows_of(pieces.merge_dims(1, 2), self._budget, self._cls, self._sep,
+                                                        self._pad)
         tag_ids, tag_probs, _ = self.decode_windows(input_ids, attention_mask)
         # Drop CLS/SEP/padding; windows keep the pieces' order, so flat values line up with `pieces`.
         tags = tf.RaggedTensor.from_tensor(tag_ids[:, 1:], lengths=lengths).flat_values
         probs = tf.RaggedTensor.from_tensor(tag_probs[:, 1:], lengths=lengths).flat_values
-        return pieces, start, end, tags, probs
-
-    def _words(self, text):
-        """Flat words: (row [W], position in its text [W], tag [W], prob [W], start/end byte [W])."""
-        pieces, start, end, tags, probs = self._pieces(text)
-        rows = pieces.value_rowids()
-        position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(pieces.row_splits, rows)
-        # A word's label sits at its first piece (alignment.py); the first piece of a text always starts a word.
-        is_first = ~tf.gather(self._continuation, pieces.flat_values) | (position == 0)
-        word_of_piece = tf.cumsum(tf.cast(is_first, tf.int32)) - 1
-        num_words = tf.reduce_sum(tf.cast(is_first, tf.int32))
-        word_rows = tf.boolean_mask(rows, is_first)
-        first_word = tf.cumsum(tf.math.unsorted_segment_sum(tf.ones_like(word_rows), word_rows, pieces.nrows()),
-                               exclusive=True)
-        word_position = tf.range(tf.size(word_rows, out_type=tf.int64)) - tf.gather(first_word, word_rows)
-        word_end = tf.math.unsorted_segment_max(end.flat_values, word_of_piece, num_words)
-        return (word_rows, word_position, tf.boolean_mask(tags, is_first), tf.boolean_mask(probs, is_first),
-                tf.boolean_mask(start.flat_values, is_first), word_end)
+        # A word's label sits at its first piece (alignment.py).
+        first_piece = pieces.values.row_splits[:-1]
+        rows = start.value_rowids()
+        position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(start.row_splits, rows)
+        return rows, position, tf.gather(tags, first_piece), tf.gather(probs, first_piece), start.flat_values, \
+            end.flat_values
 
     @tf.function(input_signature=[TEXT_SPEC])
     def serve(self, text):
         """The `serving_default` signature: text [B] UTF-8 -> word tags and entities, padded (docs/serving.md)."""
+        text = valid_utf8(text)
         nrows = tf.shape(text, out_type=tf.int64)[0]
         rows, position, tags, probs, start_byte, end_byte = self._words(text)
         prefix, type_id = tf.gather(self._prefixes, tags), tf.gather(self._type_ids, tags)

@@ -18,7 +18,6 @@ from typing import Dict, Iterable, Iterator, List, Sequence
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
 from tqdm.auto import tqdm
 
 from xtremedistil_tf.errors import DataFormatError
@@ -46,16 +45,17 @@ def corpus_texts(paths: Sequence[Path]) -> Iterator[str]:
 
 
 def piece_counts(texts: Iterable[str], vocab: List[str], lower_case: bool, batch_size: int = 1024) -> np.ndarray:
-    """[len(vocab)] int64: how often each piece occurs when the served tokenizer (tensorflow-text
-    FastBertTokenizer, as in export.serving) splits `texts`."""
-    tokenizer = tf_text.FastBertTokenizer(vocab, token_out_type=tf.int32, unknown_token="[UNK]",
-                                          lower_case_nfd_strip_accents=lower_case)
+    """[len(vocab)] int64: how often each piece occurs when the served tokenizer (export.words.WordPieces,
+    as in export.serving) splits `texts`."""
+    from xtremedistil_tf.export.words import WordPieces
+
+    tokenizer = WordPieces(vocab, lower_case)
     counts = np.zeros(len(vocab), np.int64)
     batch: List[str] = []
 
     def flush():
         if batch:
-            ids = tokenizer.tokenize(tf.constant(batch)).flat_values.numpy()
+            ids = tokenizer.tokenize(tf.constant(batch))[0].flat_values.numpy()
             counts[:] += np.bincount(ids, minlength=len(vocab))
             batch.clear()
 

@@ -12,7 +12,7 @@ the code reads them from the tokenizer (`cls_token_id`, `sep_token_id`, `pad_tok
 constants. Models without token types (DistilBERT, RoBERTa's single type) get input_ids and
 attention_mask only, which is all the teachers pass.
 
-The in-graph tokenizer of bin/export (tensorflow-text's FastBertTokenizer) is WordPiece only
+The in-graph tokenizer of bin/export (export.words: tensorflow-text's FastWordpieceTokenizer) is WordPiece only
 (`servable_in_graph`).
 """
 from __future__ import annotations

@@ -169,7 +169,54 @@ def load_encoder(name_or_path: str, random_init: bool = False, config_overrides:
         # checkpoint would not load back with from_pretrained.
         encoder.build_in_name_scope()
         return encoder
-    return TFAutoModel.from_pretrained(name_or_path, config=config)
+    try:
+        return TFAutoModel.from_pretrained(name_or_path, config=config)
+    except (OSError, ValueError) as error:   # weights that passed check_weight_files but do not load
+        reason = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        raise ConfigError(f"--teacher={name_or_path}: its weights could not be read: {reason}") from None
+
+
+def check_hub_name(name: str) -> None:
+    """A --teacher that is no local path names a model on the Hugging Face hub: its config (a few KB)
+    is fetched now, or read from the hub cache when offline, so a misspelt name fails in one line
+    before any work."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(name)
+    except (OSError, ValueError) as error:
+        reason = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        raise ConfigError(f"--teacher={name}: no local directory of that name, and the Hugging Face hub "
+                          f"{'cache (HF_HUB_OFFLINE=1) ' if os.environ.get('HF_HUB_OFFLINE') == '1' else ''}"
+                          f"has no model of that name (a misspelling?): {reason}") from None
+
+
+# The first bytes of each weight file format: HDF5 (tf_model.h5), a zip (pytorch_model.bin since
+# PyTorch 1.6) or a pickle (older ones); safetensors starts with its header's length (checked apart).
+_WEIGHT_MAGIC = {"tf_model.h5": (b"\x89HDF\r\n\x1a\n",), "pytorch_model.bin": (b"PK\x03\x04", b"\x80")}
+
+
+def check_weight_files(path: Path) -> None:
+    """Each weight file of a teacher dir can be opened and starts as its format does: one line naming
+    the file otherwise (unreadable, empty, truncated or not that format), before any work."""
+    for name in ("tf_model.h5", "model.safetensors", "pytorch_model.bin"):
+        file = path / name
+        if not file.exists():
+            continue
+        try:
+            with file.open("rb") as f:
+                head = f.read(9)
+        except OSError as error:
+            raise ConfigError(f"{file}: the teacher's weights cannot be read: {error.strerror}") from None
+        size = file.stat().st_size
+        if name == "model.safetensors":
+            header = int.from_bytes(head[:8], "little") if len(head) >= 8 else -1
+            ok = len(head) == 9 and head[8:9] == b"{" and 8 + header <= size
+        else:
+            ok = any(head.startswith(magic) for magic in _WEIGHT_MAGIC[name])
+        if not ok:
+            raise ConfigError(f"{file}: not a {name.rsplit('.', 1)[-1]} weight file ({size:,} bytes, "
+                              f"starting {head[:8]!r}); re-download or re-save the teacher")
 
 
 def load_tokenizer(name_or_path: str):
@@ -194,11 +241,13 @@ def check_layer_range(layer: int, num_layers: int) -> None:
 
 def check_teacher_dir(name_or_path: str, need_weights: bool, layer: int, max_seq_length: int,
                       config_overrides: Optional[dict] = None) -> None:
-    """Flags against a local teacher dir, before any work: config.json and weights present,
-    `layer` and `max_seq_length` within the model's sizes. Hub names are left to the hub."""
+    """Flags against a local teacher dir, before any work: config.json and readable weights present,
+    `layer` and `max_seq_length` within the model's sizes. A hub name must name a model
+    (check_hub_name); its sizes are checked once it is loaded."""
     from xtremedistil_tf.teachers.families import config_from_dict, usable_positions
 
     if not _check_local_dir(name_or_path, need_weights):
+        check_hub_name(name_or_path)
         return
     config_file = Path(name_or_path) / "config.json"
     try:
@@ -232,6 +281,8 @@ def _check_local_dir(name_or_path: str, need_weights: bool) -> bool:
     if need_weights and not any((path / w).exists() for w in weights):
         raise ConfigError(f"teacher directory {path} has no weights (expected one of {', '.join(weights)}); "
                           "pass --teacher_random_init to start from random weights")
+    if need_weights:
+        check_weight_files(path)
     return True
 
 

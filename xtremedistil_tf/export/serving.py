@@ -230,8 +230,8 @@ class NerServing(tf.Module):
                          unroll: bool = False, bfloat16: bool = False,
                          decode: str = DEFAULT_DECODE) -> "NerServing":
         """The saved student; with `prune_corpus`, serving only the pieces those texts use
-        (export.vocabulary); `xla_lengths`, `unroll`, `bfloat16`, `decode` as in __init__. A student of a tokenizer other than
-        WordPiece is refused (export.student.check_servable)."""
+        (export.vocabulary); `xla_lengths`, `unroll`, `bfloat16`, `decode` as in __init__. A student of a
+        tokenizer other than WordPiece is refused (export.student.check_servable)."""
         check_servable(read_config(student_dir), student_dir)
         model, config, vocab = load_student_dir(student_dir)
         keep_ids = None

@@ -141,6 +141,25 @@ def sticky_crf_student(tokenizer):
     return model
 
 
+def o_iper_student(tokenizer, seed=5):
+    """An untrained tiny BiLSTM student (E = H = 8) whose softmax favours O and I-PER, so its argmax often
+    reads I-PER after O: constrained decoding has something to fix."""
+    import tensorflow as tf
+
+    from xtremedistil_tf.data.alignment import TagVocab
+    from xtremedistil_tf.students.models import build_bilstm_student
+
+    vocab = TagVocab(TOY_LABELS)
+    tf.keras.utils.set_random_seed(seed)
+    model = build_bilstm_student(tokenizer.vocab_size, len(vocab), embedding_dim=8, hidden=8, teacher_hidden=8,
+                                 dropout=0.0)
+    softmax = model.get_layer("softmax")
+    weights = softmax.get_weights()[0]
+    weights[:, [vocab.id("O"), vocab.id("I-PER")]] += 0.4
+    softmax.set_weights([weights])
+    return model
+
+
 def _long_toy_text(min_chars=2000):
     import numpy as np
 

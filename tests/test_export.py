@@ -10,15 +10,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import EXPORT_TEXTS, REPO, TOY_LABELS, sticky_crf_student, toy_ner_sentences, train_toy_student
-from xtremedistil_tf.data.alignment import TagVocab, decode, encode, word_pieces
-from xtremedistil_tf.data.schemes import spans_to_tags, tags_to_spans
+from conftest import (EXPORT_TEXTS, REPO, TOY_LABELS, o_iper_student, sticky_crf_student, toy_ner_sentences,
+                      train_toy_student)
+from xtremedistil_tf.data.alignment import TagVocab, encode, word_pieces
+from xtremedistil_tf.data.schemes import spans_to_tags, tags_to_spans, validate_tags
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.evaluate import entity_scores
+from xtremedistil_tf.crf.decoding import WordDecoder
 from xtremedistil_tf.export.predictor import load_serving_fn, predict
 from xtremedistil_tf.export.serving import NerServing, decode_spans, export_student, tag_tables
 from xtremedistil_tf.export.student import StudentMeta, read_vocab, write_student_dir
 from xtremedistil_tf.students.models import build_bilstm_student, build_transformer_student
+from xtremedistil_tf.training.student_run import evaluate_student
 
 TAG_VOCAB = TagVocab(TOY_LABELS)
 # CJK characters are words of their own, as in BERT's basic tokenizer; other words split at punctuation.
@@ -42,18 +46,17 @@ def exported(student, tmp_path_factory):
     return export_student(student[1], tmp_path_factory.mktemp("export"))[0]
 
 
-def reference(model, tokenizer, text):
-    """(word tags, [(start char, end char, type, confidence)]) from the Keras model via alignment.py."""
+def reference(model, tokenizer, text, decode="constrained"):
+    """(word tags, [(start char, end char, type, confidence)]) from the Keras model via alignment.py and
+    the word decoder bin/evaluate uses (crf/decoding.py)."""
     matches = list(WORD.finditer(text))
     if not matches:
         return [], []
     windows = encode([Sentence([m.group() for m in matches])], tokenizer, TAG_VOCAB, max_seq_length=2048)
     probs = model.predict({"input_ids": windows.input_ids, "attention_mask": windows.attention_mask},
                           verbose=0)["probs"]
-    tags = decode(windows, probs.argmax(-1), TAG_VOCAB)[0]
-    word_prob = np.zeros(len(matches))
-    for r, c in zip(*np.nonzero(windows.owner)):
-        word_prob[windows.word_index[r, c]] = probs[r, c].max()
+    labels, scores = WordDecoder(TAG_VOCAB.tags, TAG_VOCAB.labels, "IOB2", decode).decode_windows(windows, probs)
+    tags, word_prob = labels[0], np.array(scores[0])
     spans = [(matches[s].start(), matches[e - 1].end(), etype, word_prob[s:e].mean())
              for etype, s, e in tags_to_spans(tags, "IOB2")]
     return tags, spans
@@ -141,21 +144,62 @@ def test_transformer_student_runs_in_windows(tiny_tokenizer, tiny_tokenizer_dir)
     model = build_transformer_student(tiny_tokenizer.vocab_size, len(TAG_VOCAB), embedding_dim=8, depth=1,
                                       heads=2, ffn=8, teacher_hidden=8, max_length=8, dropout=0.0)
     config = StudentMeta(TOY_LABELS, architecture="transformer", max_seq_length=8)
-    serving = NerServing(model, config, read_vocab(tiny_tokenizer_dir / "vocab.txt"))
+    vocab = read_vocab(tiny_tokenizer_dir / "vocab.txt")
+    serving, constrained = (NerServing(model, config, vocab, decode=d) for d in ("argmax", "constrained"))
     words = "john was in paris and johnson at berlin of mary".split()
     out = serving.serve(tf.constant([" ".join(words), "mary"]))
     pieces = word_pieces(tiny_tokenizer, [Sentence(words)])[0]
     flat = [p for word in pieces for p in word]
     assert len(flat) > 12  # at least three windows of 6
-    tags = []
+    probs = []
     for start in range(0, len(flat), 6):
         ids = np.array([[tiny_tokenizer.cls_token_id] + flat[start:start + 6] + [tiny_tokenizer.sep_token_id]])
-        probs = model({"input_ids": ids, "attention_mask": np.ones_like(ids)})["probs"][0, 1:-1]
-        tags.extend(np.argmax(probs, -1))
+        probs.extend(model({"input_ids": ids, "attention_mask": np.ones_like(ids)})["probs"][0, 1:-1].numpy())
     first_piece = np.cumsum([0] + [len(p) for p in pieces[:-1]])
-    expected = [TAG_VOCAB.word_label(int(tags[i])) for i in first_piece]
+    expected = [TAG_VOCAB.word_label(int(np.argmax(probs[i]))) for i in first_piece]
     assert [t.decode() for t in out["word_tags"].numpy()[0]] == expected
     assert out["num_words"].numpy().tolist() == [len(words), 1]
+    # Constrained decoding runs over the whole text's words, across the window boundaries.
+    word_probs = np.array([probs[i] for i in first_piece])[None]
+    best = WordDecoder(TAG_VOCAB.tags, TOY_LABELS, "IOB2")(word_probs, [len(words)])[0].numpy()[0]
+    served = [t.decode() for t in constrained.serve(tf.constant([" ".join(words)]))["word_tags"].numpy()[0]]
+    assert served == [TOY_LABELS[i] for i in best]
+    assert validate_tags(served, "IOB2") is None
+
+
+def test_served_tags_are_valid_and_equal_the_argmax_where_it_is_valid(tiny_tokenizer, tiny_tokenizer_dir, tmp_path):
+    """The export decodes a softmax student under its tag scheme by default: no text gets `O I-PER`, a text
+    whose argmax is valid gets exactly the argmax, and the tags are those bin/evaluate decodes."""
+    model = o_iper_student(tiny_tokenizer)
+    student_dir = write_student_dir(model, tmp_path / "student", StudentMeta(TOY_LABELS),
+                                    tiny_tokenizer_dir / "vocab.txt")
+    target, served = export_student(student_dir, tmp_path / "export")
+    assert json.loads((target / "assets.extra" / "export.json").read_text()) == {"decode": "constrained"}
+    assert served.decode == "constrained"
+    argmax = NerServing.from_student_dir(student_dir, decode="argmax")
+    texts = [" ".join(s.tokens) for s in toy_ner_sentences(30, seed=3)] + TEXTS[:4]
+    got, plain = served.serve(tf.constant(texts)), argmax.serve(tf.constant(texts))
+    invalid = 0
+    for i, text in enumerate(texts):
+        n = int(got["num_words"][i])
+        tags = [t.decode() for t in got["word_tags"].numpy()[i, :n]]
+        argmax_tags = [t.decode() for t in plain["word_tags"].numpy()[i, :n]]
+        assert validate_tags(tags, "IOB2") is None, (text, tags)
+        if validate_tags(argmax_tags, "IOB2") is None:
+            assert tags == argmax_tags
+        else:
+            invalid += 1
+        assert tags == reference(model, tiny_tokenizer, text)[0]
+        assert argmax_tags == reference(model, tiny_tokenizer, text, "argmax")[0]
+    assert invalid >= 5, "the argmax should break IOB2 in several texts, or the test shows nothing"
+    # bin/evaluate scores a student's words with the same decoder (one window per toy sentence here).
+    sentences = toy_ner_sentences(30, seed=3)
+    for decode in ("constrained", "argmax"):
+        scores = evaluate_student(model, tiny_tokenizer, TAG_VOCAB, 64, sentences, "IOB2", decode_as=decode)
+        predicted = [reference(model, tiny_tokenizer, " ".join(s.tokens), decode)[0] for s in sentences]
+        assert scores["all"] == entity_scores([s.tags for s in sentences], predicted)
+    with pytest.raises(ConfigError, match="CRF student decodes with its CRF's Viterbi"):
+        NerServing(model, StudentMeta(TOY_LABELS, decoder="crf"), None, decode="argmax")
 
 
 @pytest.mark.parametrize("scheme", ["IOB2", "BIOES", "BMES"])
@@ -386,7 +430,7 @@ def test_evaluate_scores_an_export_like_its_student(student, exported, tiny_toke
     """bin/evaluate on an exported model: exact character spans of the served entities give the
     Keras student's word-level seqeval scores when every token is one word."""
     from xtremedistil_tf.cli.evaluate import evaluate_model, format_scores
-    from xtremedistil_tf.evaluate import entity_scores, gold_char_spans
+    from xtremedistil_tf.evaluate import gold_char_spans
 
     assert gold_char_spans(["John", "Smith", "in", "Paris"], ["B-PER", "I-PER", "O", "B-LOC"]) == \
         {(0, 10, "PER"), (14, 19, "LOC")}
@@ -394,11 +438,13 @@ def test_evaluate_scores_an_export_like_its_student(student, exported, tiny_toke
     served = evaluate_model(exported.parent, sentences, "IOB2")
     predicted = [reference(student[0], tiny_tokenizer, " ".join(s.tokens))[0] for s in sentences]
     keras = entity_scores([s.tags for s in sentences], predicted)
-    assert served["kind"] == "export"
+    assert served["kind"] == "export" and served["decode"] == "constrained"
+    with pytest.raises(ConfigError, match="was exported with constrained decoding; .* bin/export --decode=argmax"):
+        evaluate_model(exported.parent, sentences, "IOB2", decode="argmax")
     for key in ("precision", "recall", "f1"):
         assert served["all"][key] == pytest.approx(keras[key])
     assert served["all"]["f1"] > 0.5  # the toy student learned the task, so the comparison is not vacuous
-    assert "exact entity character spans" in format_scores(served)
+    assert "(exact entity character spans), constrained decoding" in format_scores(served)
 
 
 def test_evaluate_refuses_tags_outside_the_label_set_for_an_export_as_for_its_student(student, exported):

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import EXPORT_TEXTS, REPO, TOY_LABELS, sticky_crf_student, toy_ner_sentences, train_toy_student
+from conftest import (EXPORT_TEXTS, REPO, TOY_LABELS, o_iper_student, sticky_crf_student, toy_ner_sentences,
+                      train_toy_student)
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
 from xtremedistil_tf.export.formats import check_format, export_portable
@@ -168,6 +169,25 @@ def test_crf_student_is_decoded_by_numpy_viterbi(tiny_tokenizer, tiny_tokenizer_
     assert len(set(tag_ids[0, :5])) == 1 and len(set(np.argmax(potentials[0, :5], -1))) > 1
     texts = ["john was in paris", "", "mary at berlin"]
     assert _spans(predictor.predict(texts)) == _spans(_serving_entities(serving, texts))
+
+
+def test_predict_py_decodes_words_under_the_scheme_like_the_saved_model(tiny_tokenizer, tiny_tokenizer_dir, tmp_path):
+    """A softmax student whose argmax breaks IOB2: predict.py's NumPy word decoding (export.json "decode":
+    constrained) gives the SavedModel graph's entities, which differ from the argmax's."""
+    student_dir = write_student_dir(o_iper_student(tiny_tokenizer), tmp_path / "student", StudentMeta(TOY_LABELS),
+                                    tiny_tokenizer_dir / "vocab.txt")
+    exported = export_portable(student_dir, tmp_path, "ner", "onnx")
+    meta = json.loads((exported.directory / "export.json").read_text())
+    assert meta["decode"] == "constrained" and len(meta["word_transitions"]) == len(TOY_LABELS)
+    predictor = portable.load(exported.directory)
+    texts = SHORT_TEXTS[:24]
+    got = _spans(predictor.predict(texts))
+    assert got == _spans(_serving_entities(exported.module, texts))
+    argmax = NerServing.from_student_dir(student_dir, decode="argmax")
+    assert got != _spans(_serving_entities(argmax, texts)), "argmax and constrained agree: the test shows nothing"
+    meta["decode"] = "argmax"  # the same export as bin/export --decode=argmax writes it
+    (exported.directory / "export.json").write_text(json.dumps(meta))
+    assert _spans(portable.load(exported.directory).predict(texts)) == _spans(_serving_entities(argmax, texts))
 
 
 CLIENT = """

@@ -76,3 +76,15 @@ def test_measure_end_to_end():
     json.dumps(result)  # what --output_json writes
     text = "\n".join(latency.format_lines(result))
     assert f"{entry['parameters']:>13,}" in text and "compression" in text and "speedup" in text
+
+
+def test_work_dir_students_reads_the_runs_own_configuration(tmp_path):
+    """bin/benchmark latency --work_dir=W times W's student (config.json's E x H); other students are refused."""
+    (tmp_path / "config.json").write_text(json.dumps({"student": {"architecture": "bilstm", "embedding_dim": 50,
+                                                                  "hidden": 200}}))
+    assert latency.work_dir_students(tmp_path) == "50x200"
+    (tmp_path / "config.json").write_text(json.dumps({"student": {"architecture": "transformer", "embedding_dim": 64}}))
+    with pytest.raises(ValueError, match="not a BiLSTM .* pass --students"):
+        latency.work_dir_students(tmp_path)
+    with pytest.raises(ValueError, match="no config.json"):
+        latency.work_dir_students(tmp_path / "absent")

@@ -75,6 +75,31 @@ def test_report_tables_and_plots(work_dir):
     assert not list(work_dir.glob("*.tmp"))
 
 
+def test_report_plots_the_work_dirs_f1_against_speedup(tmp_path):
+    """bin/benchmark latency --work_dir measured the run's own student (one configuration): report.md
+    plots its F1 against its speedup beside the teacher's, and lists the numbers."""
+    scores = lambda f1: {"test": {"all": {"f1": f1, "precision": f1, "recall": f1, "sentences": 9}}}
+    (tmp_path / "metrics.json").write_text(json.dumps({"teacher": {"scores": scores(0.9012), "parameters": 177_000_000},
+                                                       "student": {"scores": scores(0.8567), "parameters": 4_600_000}}))
+    (tmp_path / "config.json").write_text(json.dumps({"student": {"embedding_dim": 50, "hidden": 200}}))
+    latency = {"queries": 100, "seq_length": 32,
+               "teacher": {"parameters": 177_000_000, "size_bytes": 2**20 * 700,
+                           "latency_ms": {"batch1": {"xla": 60.0}, "batch32": {"xla": 25.0}}},
+               "students": [_latency_entry("50x200", 4_600_000, 38.5, 31.25, 104.5)]}
+    (tmp_path / "latency.json").write_text(json.dumps(latency))
+    text = write_report(tmp_path).read_text()
+    assert "## F1 vs compression and speedup (paper Figure 1)" in text
+    assert "| teacher | 90.12 | 1.0x | 1.0x | 1.0x |" in text
+    assert "| student 50x200 | 85.67 | 38.5x | 31.2x | 104.5x |" in text
+    assert "report_plots/figure1.png" in text
+    _assert_png(tmp_path / "report_plots" / "figure1.png")
+    # Latency results of other configurations only: no F1 to plot, no figure.
+    latency["students"] = [_latency_entry("100x400", 13_000_000, 13.6, 20.0, 50.0)]
+    (tmp_path / "latency.json").write_text(json.dumps(latency))
+    text = write_report(tmp_path).read_text()
+    assert "figure1.png" not in text and not (tmp_path / "report_plots" / "figure1.png").exists()
+
+
 def test_report_without_latency_or_languages(tmp_path):
     scores = {"test": {"all": {"f1": 0.5, "precision": 0.4, "recall": 0.6, "sentences": 3}}}
     (tmp_path / "metrics.json").write_text(json.dumps({"teacher": {"scores": scores, "parameters": 10}}))

@@ -2,10 +2,12 @@
 
 Reads work_dir/metrics.json (teacher and student scores, parameters), work_dir/config.json (the
 student's E and H, to match latency results) and, when present, a latency JSON written by
-`bin/benchmark latency --output_json` (default location work_dir/latency.json). Plots are PNGs in
-work_dir/report_plots/, written together (atomic_dir) before report.md, which links them:
+`bin/benchmark latency` (work_dir/latency.json, which `bin/benchmark latency --work_dir=W` writes
+for W's own student; or `--output_json`). Plots are PNGs in work_dir/report_plots/, written
+together (atomic_dir) before report.md, which links them:
     figure1.png    F1 against parameter compression and against speedup, one point per student
-                   configuration (E, H) that has both a score and latency results (paper Figure 1)
+                   configuration (E, H) that has both a score and latency results, and the teacher
+                   at 1x (paper Figure 1); report.md lists the same numbers
     languages.png  per-language F1 of teacher and student, when the scores have languages
     types.png      per-entity-type F1 of teacher and student (test split, else dev)
     curves.png     the teacher's dev F1 per epoch; the student's dev loss per epoch over every
@@ -96,7 +98,14 @@ def figure1_points(metrics: dict, config: dict, latency: Optional[dict]) -> List
     return points
 
 
-def plot_figure1(points: List[dict], path: Path) -> None:
+def figure1_rows(points: List[dict], teacher_f1: Optional[float]) -> List[List[str]]:
+    """The numbers figure1.png plots: F1 (%), compression and speedups, the teacher (1x) first."""
+    rows = [["teacher", f"{100 * teacher_f1:.2f}", "1.0x", "1.0x", "1.0x"]] if teacher_f1 is not None else []
+    return rows + [[f"student {p['name']}", f"{100 * p['f1']:.2f}", f"{p['compression']:.1f}x",
+                    f"{p['speedup_batch1']:.1f}x", f"{p['speedup_batch32']:.1f}x"] for p in points]
+
+
+def plot_figure1(points: List[dict], path: Path, teacher_f1: Optional[float] = None) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for axis, keys, title in ((left, [("compression", "parameters")], "F1 vs parameter compression"),
                               (right, [("speedup_batch32", "batch 32"), ("speedup_batch1", "batch 1")],
@@ -107,8 +116,11 @@ def plot_figure1(points: List[dict], path: Path) -> None:
             for p, x, y in zip(points, xs, ys):
                 axis.annotate(f"({p['name'].replace('x', ', ')})", (x, y), fontsize=8,
                               textcoords="offset points", xytext=(4, 4))
+        if teacher_f1 is not None:
+            axis.plot([1.0], [100 * teacher_f1], "k*", markersize=10, label="teacher")
         axis.set_title(title)
-        axis.set_xlabel("x teacher")
+        axis.set_xscale("log")
+        axis.set_xlabel("x teacher (log scale)")
         axis.set_ylabel("F1 (%)")
         axis.grid(alpha=0.3)
         axis.legend()
@@ -250,13 +262,14 @@ def write_report(work_dir, latency_json=None) -> Path:
     lines += _table(["model", "parameters", "compression", "MiB on disk"], size_rows(metrics, work_dir))
     series = language_f1(metrics)
     points = figure1_points(metrics, config, latency)
+    teacher_f1 = _test_f1(metrics["teacher"]["scores"]) if "teacher" in metrics else None
     types = type_rows(metrics)
     curves = training_curves(work_dir)
     with atomic_dir(work_dir / PLOTS_DIR) as tmp:
         if series:
             plot_languages(series, tmp / "languages.png")
-        if len(points) > 1:
-            plot_figure1(points, tmp / "figure1.png")
+        if points:
+            plot_figure1(points, tmp / "figure1.png", teacher_f1)
         if types:
             plot_types(metrics, tmp / "types.png")
         if curves:
@@ -281,9 +294,13 @@ def write_report(work_dir, latency_json=None) -> Path:
                       f"ms per query, best serving mode)", "", f"From {latency_path}.", ""]
         lines += _table(["model", "parameters", "MiB", "batch 1", "batch 32", "compression", "speedup b1",
                          "speedup b32"], latency_rows(latency))
-    if len(points) > 1:
+    if points:
         lines += ["", "## F1 vs compression and speedup (paper Figure 1)", "",
-                  f"![F1 vs compression and speedup]({PLOTS_DIR}/figure1.png)"]
+                  "F1 on the test split (else dev); compression and speedup over the teacher from the latency "
+                  "results (best serving mode of each).", ""]
+        lines += _table(["model", "F1 (%)", "compression", "speedup b1", "speedup b32"],
+                        figure1_rows(points, teacher_f1))
+        lines += ["", f"![F1 vs compression and speedup]({PLOTS_DIR}/figure1.png)"]
     path = work_dir / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

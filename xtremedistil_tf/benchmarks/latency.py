@@ -18,6 +18,10 @@ Keras sub-model to `probs` that bin/export serves (export.student.served_model);
 the input matmul hoisted out of the recurrence and no mask in it (BlockBiLSTM(unroll=True), what
 bin/export --xla_lengths serves); and `block`, whose BiLSTM is TensorFlow's fused LSTM kernel
 (BlockBiLSTM, what bin/export serves by default).
+
+With `--work_dir=W` (and no `--students`) the student is W's own configuration (config.json's E and
+H), and the results go to W/latency.json (unless `--output_json`), where bin/report reads them to
+plot W's F1 against speedup (report.py, figure1.png).
 """
 from __future__ import annotations
 
@@ -343,6 +347,19 @@ def format_lines(result: dict) -> List[str]:
     return lines
 
 
+def work_dir_students(work_dir) -> str:
+    """`--students` for a work dir: its student's ExH from config.json (a BiLSTM student's)."""
+    path = Path(work_dir) / "config.json"
+    if not path.exists():
+        raise ValueError(f"--work_dir={work_dir}: no config.json (a bin/train work dir); pass --students")
+    student = json.loads(path.read_text(encoding="utf-8")).get("student") or {}
+    sized = student.get("embedding_dim") and student.get("hidden")
+    if student.get("architecture", "bilstm") != "bilstm" or not sized:
+        raise ValueError(f"--work_dir={work_dir}: its student is not a BiLSTM with embedding_dim and hidden "
+                         "(bin/benchmark latency times BiLSTM students); pass --students")
+    return f"{student['embedding_dim']}x{student['hidden']}"
+
+
 def run(repeats: int) -> List[str]:
     define_flags()  # no-op when bin/benchmark defined them before parsing
     # --repeats defaults to 50 for the cheap CRF benchmark; here one pass is already 1,000 calls.
@@ -351,8 +368,11 @@ def run(repeats: int) -> List[str]:
         raise ValueError(f"--student_heads_on must be one of {HEADS_ON}; got {FLAGS.student_heads_on!r}")
     if FLAGS.student_vocab_size < 0:
         raise ValueError(f"--student_vocab_size must be >= 0; got {FLAGS.student_vocab_size}")
-    result = measure(FLAGS.teacher_config, parse_students(FLAGS.students), FLAGS.queries, FLAGS.seq_length,
+    work_dir = FLAGS.work_dir if "work_dir" in FLAGS else ""
+    students = FLAGS.students if FLAGS["students"].present or not work_dir else work_dir_students(work_dir)
+    output = FLAGS.output_json or (str(Path(work_dir) / "latency.json") if work_dir else "")
+    result = measure(FLAGS.teacher_config, parse_students(students), FLAGS.queries, FLAGS.seq_length,
                      passes, heads_on=FLAGS.student_heads_on, student_vocab_size=FLAGS.student_vocab_size)
-    if FLAGS.output_json:
-        atomic_write_json(FLAGS.output_json, result)
-    return format_lines(result)
+    if output:
+        atomic_write_json(output, result)
+    return format_lines(result) + ([f"results written to {output}"] if output else [])

@@ -17,12 +17,17 @@ Prints entity precision, recall and F1, and per-language F1 with their mean and 
 deviation when the sentences carry a language. A student dir or export is refused in one line,
 before it loads, when the data has tags outside its label set or another --scheme. A --test_file
 that is a FIFO is announced on stderr ("reading <file>") before the read waits for its writer.
+
+A softmax student is scored as bin/export serves it: its word tags decoded by --decode
+(constrained, the default: the most probable sequence the tag scheme allows; argmax: each word's
+best tag), with the same decoder as the export (crf/decoding.py). An exported model is scored as
+it was exported (its assets.extra/export.json says how); --decode, if given, must agree.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
@@ -30,6 +35,7 @@ from xtremedistil_tf.cli.common import define_common_flags, run_app, run_main
 from xtremedistil_tf.data.loading import DATA_FORMATS
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 from xtremedistil_tf.export.student import CLASSIFIER
 from xtremedistil_tf.io import read_json, say_if_blocking
 
@@ -50,6 +56,9 @@ flags.DEFINE_float("dev_fraction", 0.1, "demo only: the dev fraction bin/train h
 flags.DEFINE_float("test_fraction", 0.1, "demo only: the test fraction bin/train held out.")
 flags.DEFINE_integer("seed", 42, "demo only: the seed of bin/train's split.")
 flags.DEFINE_string("output_json", "", "Also write the scores here (JSON, written atomically).")
+flags.DEFINE_enum("decode", "constrained", ["constrained", "argmax"],
+                  "Softmax students: decode word tags as bin/export --decode does (constrained: the best sequence "
+                  "the tag scheme allows; argmax: each word's best tag). Exports: as exported.")
 
 define_common_flags()
 
@@ -90,8 +99,12 @@ def model_kind(directory) -> Tuple[str, Path]:
                       "student.json (a saved student, e.g. <work_dir>/student) nor an exported SavedModel")
 
 
-def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str) -> Dict:
-    """Entity scores of a saved teacher's or student's word-level predictions on `sentences`."""
+def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode: Optional[str] = None) -> Dict:
+    """Entity scores of a saved teacher's or student's word-level predictions on `sentences`.
+
+    `decode` (crf/decoding.py): how a softmax student's word tags are decoded (None: "constrained",
+    as bin/export serves by default); an export decodes as it was exported, and a `decode` that differs
+    is refused; teachers take none."""
     if not sentences:
         raise ConfigError("no labeled sentences to score")
     kind, path = model_kind(directory)
@@ -99,7 +112,17 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str) -> Dic
         meta = _export_meta(path)
         if meta is not None:
             _check_tags(path, meta, sentences, scheme)
-        return {"model": str(path), "kind": kind, "scheme": scheme, **_evaluate_served(path, sentences, scheme)}
+        from xtremedistil_tf.export.predictor import saved_model_dir
+        from xtremedistil_tf.export.serving import exported_decode
+
+        exported = exported_decode(saved_model_dir(path))
+        if decode is not None and decode != exported:
+            raise ConfigError(f"--decode={decode}: {path} was exported with {exported} decoding; score it without "
+                              f"--decode or re-export with bin/export --decode={decode}")
+        return {"model": str(path), "kind": kind, "scheme": scheme, "decode": exported,
+                **_evaluate_served(path, sentences, scheme)}
+    if kind == "teacher" and decode is not None:
+        raise ConfigError("--decode applies to students and exports; a teacher is scored with its own decoding")
     _check_task(path, kind, sentences)
     if kind == "teacher":
         from xtremedistil_tf.teachers.classifier import SequenceTeacher, evaluate_sequence_teacher
@@ -113,7 +136,7 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str) -> Dic
         else:
             scores = evaluate_teacher(teacher, tokenizer, sentences, scheme)
     else:
-        scores = _evaluate_student(path, sentences, scheme)
+        scores = _evaluate_student(path, sentences, scheme, decode or DEFAULT_DECODE)
     return {"model": str(path), "kind": kind, "scheme": scheme, **scores}
 
 
@@ -150,7 +173,7 @@ def _check_tags(path: Path, meta, sentences: Sequence[Sentence], scheme: str) ->
                           f"{', '.join(unknown)}, which it cannot predict: score it on data of its label set")
 
 
-def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str) -> Dict:
+def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str, decode: str) -> Dict:
     from xtremedistil_tf.data.alignment import TagVocab
     from xtremedistil_tf.export.student import read_config
     from xtremedistil_tf.training.student_run import evaluate_student, load_student
@@ -164,8 +187,8 @@ def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str) ->
         from xtremedistil_tf.training.classification import evaluate_classifier_student
 
         return evaluate_classifier_student(model, tokenizer, ClassVocab(meta.labels), meta.max_seq_length, sentences)
-    return evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length, sentences, scheme,
-                            meta.decoder)
+    return {"decode": decode, **evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length,
+                                                 sentences, scheme, meta.decoder, decode)}
 
 
 def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str) -> Dict:
@@ -185,7 +208,8 @@ def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str) -> 
 def format_scores(scores: Dict) -> str:
     a = scores["all"]
     metric = " (exact entity character spans)" if scores["kind"] == "export" else ""
-    lines = [f"{scores['kind']} {scores['model']} on {a['sentences']:,} sentences{metric}",
+    decoding = f", {scores['decode']} decoding" if "decode" in scores else ""
+    lines = [f"{scores['kind']} {scores['model']} on {a['sentences']:,} sentences{metric}{decoding}",
              f"precision {a['precision']:.4f}  recall {a['recall']:.4f}  F1 {a['f1']:.4f}"
              + (f"  accuracy {a['accuracy']:.4f}  (P/R/F1 macro-averaged over classes)" if "accuracy" in a else "")]
     for lang, s in scores.get("languages", {}).items():
@@ -204,7 +228,7 @@ def evaluate() -> None:
     model_kind(FLAGS.model)   # a wrong dir fails before the data is read
     sentences = read_labeled(FLAGS.data_format, FLAGS.data_dir, FLAGS.test_file, FLAGS.langs, FLAGS.scheme,
                              FLAGS.strict_tags, FLAGS.dev_fraction, FLAGS.test_fraction, FLAGS.seed)
-    scores = evaluate_model(FLAGS.model, sentences, FLAGS.scheme)
+    scores = evaluate_model(FLAGS.model, sentences, FLAGS.scheme, FLAGS.decode if FLAGS["decode"].present else None)
     if FLAGS.output_json:
         atomic_write_json(FLAGS.output_json, scores)
     print(format_scores(scores), file=sys.stdout, flush=True)

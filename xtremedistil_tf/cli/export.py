@@ -6,6 +6,7 @@
     bin/export --work_dir=runs/demo --format=onnx --quantize=dynamic_int8   # runs/demo/export/ner-onnx-dynamic_int8/
     bin/export --work_dir=runs/demo --format=tflite --xla_lengths=32,128    # runs/demo/export/ner-tflite/
     bin/export --work_dir=runs/demo --quantize=bfloat16   # a SavedModel in bfloat16 (CPUs with AVX512-BF16/AMX)
+    bin/export --work_dir=runs/demo --decode=argmax     # softmax students: each word's best tag, unconstrained
 """
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ flags.DEFINE_list("xla_lengths", [], "BiLSTM students: window lengths in pieces 
 flags.DEFINE_enum("format", "saved_model", ["saved_model", "onnx", "tflite"],
                   "saved_model: TF Serving (<export_dir>/<model_name>/<version>/); onnx, tflite: "
                   "<export_dir>/<model_name>-<format>[-<quantize>]/ with tokenizer.json and predict.py (docs/serving.md).")
+flags.DEFINE_enum("decode", "constrained", ["constrained", "argmax"],
+                  "Softmax students' word tags: constrained (the most probable sequence the tag scheme allows, "
+                  "so no I-PER after O) or argmax (each word's best tag on its own). Recorded in the export's "
+                  "export.json; CRF students always use their CRF's Viterbi (docs/serving.md).")
 flags.DEFINE_string("quantize", "none", "none, dynamic_int8 (onnx, tflite), float16 (tflite) or bfloat16 "
                     "(saved_model, on CPUs with AVX512-BF16/AMX).")
 
@@ -91,14 +96,14 @@ def export() -> None:
     if FLAGS.format == "saved_model":
         target, module = export_student(student_dir, export_dir, FLAGS.model_name, FLAGS.version, FLAGS.overwrite,
                                         _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters,
-                                        _xla_lengths(), FLAGS.quantize == "bfloat16")
+                                        _xla_lengths(), FLAGS.quantize == "bfloat16", FLAGS.decode)
     else:
         exported = export_portable(student_dir, export_dir, FLAGS.model_name, FLAGS.format, FLAGS.quantize,
                                    FLAGS.overwrite, _prune_corpus(), FLAGS.prune_min_count,
-                                   FLAGS.prune_keep_characters, _xla_lengths())
+                                   FLAGS.prune_keep_characters, _xla_lengths(), FLAGS.decode)
         target, module = exported.directory, exported.module
-    print(f"served graph: {module.served_parameters():,} parameters, {len(module.vocab):,} word pieces",
-          flush=True)
+    print(f"served graph: {module.served_parameters():,} parameters, {len(module.vocab):,} word pieces, "
+          f"{module.decode} decoding", flush=True)
     print(target, flush=True)
 
 

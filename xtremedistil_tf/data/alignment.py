@@ -236,15 +236,21 @@ class CompiledPerStudent:
 
 
 def predict_by_length(windows: Windows, tags_fn, batch_size: int = 64) -> np.ndarray:
-    """Tag ids [W, L] from `tags_fn({"input_ids", "attention_mask"} [B, T]) -> [B, T]`, batched by
-    length (`length_batches`); positions past a window's length are 0. Batches have at least 2
-    columns: CRF decoding needs a time step to scan.
+    """Tag ids [W, L] from `tags_fn({"input_ids", "attention_mask"} [B, T]) -> [B, T]` (or any
+    per-piece values [B, T, ...], e.g. probabilities, in their dtype), batched by length
+    (`length_batches`); positions past a window's length are 0. Batches have at least 2 columns:
+    CRF decoding needs a time step to scan.
     """
-    out = np.zeros(windows.input_ids.shape, dtype=np.int32)
+    out = None
     for idx, batch in length_batches(windows.input_ids, windows.attention_mask, batch_size, min_length=2):
-        out[idx, :batch["input_ids"].shape[1]] = np.asarray(tags_fn(batch))
-    lengths = windows.attention_mask.sum(1)
-    return out * (np.arange(out.shape[1])[None, :] < lengths[:, None])
+        values = np.asarray(tags_fn(batch))
+        if out is None:
+            out = np.zeros(windows.input_ids.shape + values.shape[2:], dtype=values.dtype)
+        out[idx, :batch["input_ids"].shape[1]] = values
+    if out is None:  # no windows
+        return np.zeros(windows.input_ids.shape, dtype=np.int32)
+    real = np.arange(out.shape[1])[None, :] < windows.attention_mask.sum(1)[:, None]
+    return out * real.reshape(real.shape + (1,) * (out.ndim - 2))
 
 
 def decode(windows: Windows, piece_predictions: np.ndarray, tag_vocab: TagVocab) -> List[List[str]]:

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 from xtremedistil_tf.export import bfloat16
 from xtremedistil_tf.export.serving import NerServing, tag_tables
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
@@ -191,8 +192,9 @@ class Exported:
 
 def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx", quantize: str = "none",
                     overwrite: bool = False, prune_corpus: Sequence[Path] = (), min_count: int = 1,
-                    keep_characters: bool = True, lengths: Sequence[int] = ()) -> Exported:
-    """Writes portable_dir(...) (see the module doc) for fmt "onnx" or "tflite"."""
+                    keep_characters: bool = True, lengths: Sequence[int] = (),
+                    decode: str = DEFAULT_DECODE) -> Exported:
+    """Writes portable_dir(...) (see the module doc) for fmt "onnx" or "tflite"; `decode` as NerServing's."""
     check_format(fmt, quantize)
     if fmt == "saved_model":
         raise ConfigError("export_portable writes onnx and tflite; saved_model is serving.export_student")
@@ -201,7 +203,8 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
     target = portable_dir(export_dir, name, fmt, quantize)
     if target.exists() and not overwrite:
         raise ConfigError(f"{target} exists; pass --overwrite")
-    module = NerServing.from_student_dir(student_dir, prune_corpus, min_count, keep_characters, unroll=fmt == "tflite")
+    module = NerServing.from_student_dir(student_dir, prune_corpus, min_count, keep_characters, unroll=fmt == "tflite",
+                                         decode=decode)
     config = module.config
     window = config.max_seq_length if config.architecture == "transformer" else None
     fixed = tflite_lengths(module, lengths) if fmt == "tflite" else []
@@ -214,7 +217,8 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
             "tags": config.tags, "word_labels": words, "prefixes": prefixes, "type_ids": type_ids, "types": types,
             "pad_tag": config.tags.index("[PAD]"), "window": window, "lengths": fixed,
             "transitions": crf.transitions.numpy().tolist() if crf is not None else None,
-            "parameters": module.served_parameters(), "versions": _versions(fmt)}
+            "parameters": module.served_parameters(), "versions": _versions(fmt),
+            **(module.word_decoder.export_meta() if module.word_decoder is not None else {"decode": module.decode})}
     with atomic_dir(target) as tmp:
         if fmt == "onnx":
             convert_onnx(module, tmp / MODEL_FILES[fmt], quantize)

@@ -14,7 +14,9 @@ model on the windows, a word's tag read at its first piece, lenient span decodin
 indices, end exclusive; `main` reads bytes and replaces invalid UTF-8 as `read_lines` says, so the
 offsets index the same text as the SavedModel's). `export.json` holds the tag tables, the window lengths and, for CRF
 students, the transitions: their graph returns the CRF potentials and `viterbi`/`marginals` below
-decode them in NumPy.
+decode them in NumPy. Softmax students' word tags are decoded from the probabilities at the words'
+first pieces by `decode_words` (export.json "decode": "constrained", the best sequence the tag
+scheme allows, or "argmax"), the steps of xtremedistil_tf/crf/decoding.py in NumPy.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from tokenizers import Tokenizer
 
 # Prefix codes of the word labels in export.json "prefixes" (I- and M- are both "inside").
 OUTSIDE, BEGIN, INSIDE, END, SINGLE = 0, 1, 2, 3, 4
+# The score of a forbidden move or boundary tag (xtremedistil_tf/crf/ops.py FORBIDDEN).
+FORBIDDEN = -1e4
 
 
 def viterbi(potentials: np.ndarray, transitions: np.ndarray) -> np.ndarray:
@@ -45,6 +49,25 @@ def viterbi(potentials: np.ndarray, transitions: np.ndarray) -> np.ndarray:
     for pointers in reversed(backpointers):
         path.append(int(pointers[path[-1]]))
     return np.array(path[::-1])
+
+
+def decode_words(probs: np.ndarray, meta: dict):
+    """Word labels [n] and their scores [n] from the probabilities [n, tags] at n words' first pieces,
+    as xtremedistil_tf/crf/decoding.py's WordDecoder: each label scores the highest probability
+    among the tags that read as it (export.json "label_of_tag"; markers read as O); "constrained"
+    takes the Viterbi path over their logs under "word_transitions" (0 or -1e4) with the tags that
+    may not start ("word_start") or end ("word_end") a text forbidden, "argmax" each word's best."""
+    num_labels = len(meta["word_start"])
+    fold = np.eye(num_labels + 1, dtype=np.float32)[np.array(meta["label_of_tag"])][:, :num_labels]  # -1: no label
+    scores = (np.asarray(probs, np.float32)[:, :, None] * fold[None]).max(1)
+    if meta["decode"] == "argmax":
+        labels = scores.argmax(1)
+    else:
+        potentials = np.log(np.maximum(scores, np.finfo(np.float32).tiny))
+        potentials[0, ~np.array(meta["word_start"])] = FORBIDDEN
+        potentials[-1, ~np.array(meta["word_end"])] = FORBIDDEN
+        labels = viterbi(potentials, np.array(meta["word_transitions"], np.float32))
+    return labels, scores[np.arange(len(labels)), labels]
 
 
 def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
@@ -150,11 +173,14 @@ class Predictor:
         """Piece tags of windows [C, L] (with [CLS]/[SEP]): (tag_ids int32, tag_probs float32), the
         SavedModel `ids` signature's; [PAD] and 0 where the mask is 0. CRF students: NumPy Viterbi,
         the probability is the CRF marginal of the chosen tag."""
-        outputs = self.run(input_ids.astype(np.int32), attention_mask.astype(np.int32))
+        return self._piece_tags(self.run(input_ids.astype(np.int32), attention_mask.astype(np.int32)), attention_mask)
+
+    def _piece_tags(self, outputs: Dict[str, np.ndarray], attention_mask: np.ndarray):
+        """`ids` from the model's outputs."""
         if self.transitions is None:
             return outputs["tag_ids"], outputs["tag_probs"]
-        tag_ids = np.full(input_ids.shape, self.meta["pad_tag"], np.int32)
-        tag_probs = np.zeros(input_ids.shape, np.float32)
+        tag_ids = np.full(attention_mask.shape, self.meta["pad_tag"], np.int32)
+        tag_probs = np.zeros(attention_mask.shape, np.float32)
         for row, (potentials, n) in enumerate(zip(outputs["potentials"], attention_mask.sum(1))):
             path = viterbi(potentials[:n], self.transitions)
             tag_ids[row, :n] = path
@@ -167,27 +193,36 @@ class Predictor:
         for start in range(0, len(texts), batch_size):
             batch = list(texts[start:start + batch_size])
             input_ids, attention_mask, pieces = self.windows(batch)
-            tag_ids, tag_probs = self.ids(input_ids, attention_mask)
+            outputs = self.run(input_ids, attention_mask)
+            tag_ids, tag_probs = self._piece_tags(outputs, attention_mask)
+            # Softmax students decode words from all tags' probabilities (exports before decode_words: argmax).
+            all_probs = outputs["probs"] if self.transitions is None and "label_of_tag" in self.meta else None
             for text, (ids, offsets, first) in zip(batch, pieces):
-                tags, probs = self._piece_values(tag_ids, tag_probs, first, len(ids))
-                records.append({"text": text, "entities": self._entities(text, ids, offsets, tags, probs)})
+                values = self._piece_values([tag_ids, tag_probs] + ([all_probs] if all_probs is not None else []),
+                                            first, len(ids))
+                records.append({"text": text, "entities": self._entities(text, ids, offsets, *values)})
         return records
 
-    def _piece_values(self, tag_ids, tag_probs, first: int, count: int):
-        """The tags and probabilities of a text's `count` pieces, from its windows starting at `first`."""
+    def _piece_values(self, arrays, first: int, count: int):
+        """The values of a text's `count` pieces in each of `arrays` [C, L, ...], from its windows
+        starting at `first`."""
         step = self.budget or max(count, 1)
-        tags, probs = [], []
+        values = [[] for _ in arrays]
         for window, start in enumerate(range(0, count, step)):
             n = min(step, count - start)
-            tags.extend(tag_ids[first + window, 1:1 + n])
-            probs.extend(tag_probs[first + window, 1:1 + n])
-        return tags, probs
+            for value, array in zip(values, arrays):
+                value.extend(array[first + window, 1:1 + n])
+        return values
 
-    def _entities(self, text: str, ids, offsets, tags, probs) -> List[dict]:
+    def _entities(self, text: str, ids, offsets, tags, probs, all_probs=None) -> List[dict]:
         meta = self.meta
         # [tag, prob, start char, end char] per word; a word's tag is its first piece's
-        words = [[int(tags[first]), float(probs[first]), start, end]
-                 for first, start, end in word_spans(ids, offsets, self.continuation)]
+        spans_of_words = list(word_spans(ids, offsets, self.continuation))
+        words = [[int(tags[first]), float(probs[first]), start, end] for first, start, end in spans_of_words]
+        if all_probs is not None and words:
+            labels, scores = decode_words(np.array([all_probs[first] for first, _, _ in spans_of_words]), meta)
+            for word, label, score in zip(words, labels, scores):
+                word[0], word[1] = int(label), float(score)
         spans = []  # [type id, first word, last word, probabilities]
         previous_prefix, previous_type = OUTSIDE, -1
         for index, (tag, prob, _, _) in enumerate(words):

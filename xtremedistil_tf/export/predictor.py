@@ -3,7 +3,8 @@
 A saved student of a tokenizer family the in-graph tokenizer cannot serve (teachers/families.py:
 RoBERTa's byte-level BPE, XLM-R's SentencePiece) is run by `TextTagger` instead: the same word
 splitting (whitespace and punctuation, as BERT's pre-tokenizer), the teacher's own tokenizer in
-Python, the same decoding (`NerServing.ids`) and the same entity outputs.
+Python, the same student graph (`NerServing.ids`), the same word decoding (crf/decoding.py) and
+the same entity outputs.
 """
 from __future__ import annotations
 
@@ -55,11 +56,12 @@ class TextTagger:
     """`serving_default`'s entity outputs (num_entities, entity_start/end/type/text/confidence) of a saved
     student, computed with its tokenizer in Python: texts are split into words at whitespace and
     punctuation (offsets in characters), the words encoded and windowed as in training
-    (data/alignment.py), the windows decoded by `NerServing.ids` (softmax argmax or CRF Viterbi) and
-    each word's tag read at its first piece; spans are decoded leniently (schemes.tags_to_spans) with
-    the mean tag probability of their words as confidence, as the exported graph does."""
+    (data/alignment.py), the windows run by `NerServing.ids` and each word's tag read at its first piece
+    (softmax students: the module's WordDecoder, `decode`; CRF students: the CRF's Viterbi); spans are
+    decoded leniently (schemes.tags_to_spans) with the mean tag probability of their words as
+    confidence, as the exported graph does."""
 
-    def __init__(self, student_dir, batch_size: int = 64):
+    def __init__(self, student_dir, batch_size: int = 64, decode: str = "constrained"):
         from tokenizers.pre_tokenizers import BertPreTokenizer
 
         from xtremedistil_tf.data.alignment import TagVocab
@@ -67,7 +69,7 @@ class TextTagger:
         from xtremedistil_tf.training.student_run import load_student
 
         model, self.config, self.tokenizer = load_student(student_dir)
-        self.module = NerServing(model, self.config, vocab=None)
+        self.module = NerServing(model, self.config, vocab=None, decode=decode)
         self.tag_vocab = TagVocab(self.config.labels)
         self.batch_size = batch_size
         self._split = BertPreTokenizer().pre_tokenize_str
@@ -87,10 +89,15 @@ class TextTagger:
                          self.config.max_seq_length)
         tags = np.zeros(windows.input_ids.shape, np.int32)
         probs = np.zeros(windows.input_ids.shape, np.float32)
+        all_probs = np.zeros(windows.input_ids.shape + (len(self.config.tags),), np.float32)
         for idx, batch in length_batches(windows.input_ids, windows.attention_mask, self.batch_size, min_length=2):
             out = self.module.ids(batch["input_ids"], batch["attention_mask"])
             tags[idx, :out["tag_ids"].shape[1]] = out["tag_ids"].numpy()
             probs[idx, :out["tag_ids"].shape[1]] = out["tag_probs"].numpy()
+            all_probs[idx, :out["tag_ids"].shape[1]] = out["probs"].numpy()
+        if self.module.word_decoder is not None:
+            labels, confidence = self.module.word_decoder.decode_windows(windows, all_probs)
+            return words, labels, confidence
         labels = [["O"] * len(ws) for ws in words]
         confidence = [[0.0] * len(ws) for ws in words]
         for r, c in zip(*np.nonzero(windows.owner)):

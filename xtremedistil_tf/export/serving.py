@@ -2,10 +2,11 @@
 
 Everything runs in the graph: invalid UTF-8 replaced as Python's bytes.decode("utf-8",
 errors="replace") does, the training tokenizer's word split with byte offsets and WordPiece ids
-per word (export.words.WordPieces), windows of pieces with [CLS]/[SEP], the student,
-softmax-argmax or CRF-Viterbi decoding, the word's tag read at its first piece (as in
-data/alignment.py), lenient span decoding (as schemes.tags_to_spans) and byte -> character
-offsets. docs/serving.md describes the signatures and the offset unit.
+per word (export.words.WordPieces), windows of pieces with [CLS]/[SEP], the student, the word's
+tag read at its first piece (as in data/alignment.py): for softmax students the best sequence of
+word labels the tag scheme allows, or the argmax (crf/decoding.py, `decode`), for CRF students
+the CRF's Viterbi over the pieces; lenient span decoding (as schemes.tags_to_spans) and byte ->
+character offsets. docs/serving.md describes the signatures and the offset unit.
 
 Shapes: B texts, P pieces (all texts together), W words (all texts), S spans (all texts),
 C windows, L window length, N tags. Ragged per-text results are padded to dense at the end.
@@ -23,18 +24,22 @@ from xtremedistil_tf.crf import ops as crf_ops
 from xtremedistil_tf.data.alignment import PAD_TAG
 from xtremedistil_tf.data.schemes import split_tag
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
 from xtremedistil_tf.export.bfloat16 import check_cpu, in_bfloat16
 from xtremedistil_tf.export.student import (CLASSIFIER, StudentMeta, block_bilstm, clone_replacing, check_servable,
                                             load_student_dir, read_config, served_model)
 from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, pruned_embedding
 from xtremedistil_tf.export.words import WordPieces
-from xtremedistil_tf.io import atomic_dir
+from xtremedistil_tf.io import atomic_dir, atomic_write_json, read_json
 
 # Prefix codes of a word's tag for span decoding; I- and M- (BMES) are the same "inside".
 OUTSIDE, BEGIN, INSIDE, END, SINGLE = 0, 1, 2, 3, 4
 _PREFIX_CODES = {"O": OUTSIDE, "B": BEGIN, "I": INSIDE, "M": INSIDE, "E": END, "S": SINGLE}
 # Row keys for searching offsets of all texts in one sorted vector: row * 2^32 + byte.
 _ROW_STRIDE = 2 ** 32
+
+# assets.extra/ of a SavedModel export: how it decodes (bin/evaluate reads it).
+EXPORT_META = "export.json"
 
 # --xla_lengths: batches of fewer windows than this run on the fused kernel.
 XLA_MIN_WINDOWS = 2
@@ -152,7 +157,7 @@ class NerServing(tf.Module):
 
     def __init__(self, model: tf.keras.Model, config: StudentMeta, vocab: Optional[List[str]],
                  keep_ids: Optional[np.ndarray] = None, xla_lengths: Sequence[int] = (), unroll: bool = False,
-                 bfloat16: bool = False):
+                 bfloat16: bool = False, decode: str = DEFAULT_DECODE):
         """`vocab`: the WordPiece vocabulary of the in-graph tokenizer; None for a module whose only
         entry is `ids` (or `decode_windows`), as the Python tagger of a student of another tokenizer
         family uses (export.predictor), and which `export_student` never saves.
@@ -164,13 +169,23 @@ class NerServing(tf.Module):
         wherever the window length is static (BlockBiLSTM(unroll=True); export.formats traces TFLite
         graphs at fixed lengths with it), also without `xla_lengths`. `bfloat16`: the served model's
         weights and computation in bfloat16 (export.bfloat16.in_bfloat16; bin/export
-        --quantize=bfloat16); the signatures' outputs stay float32."""
+        --quantize=bfloat16); the signatures' outputs stay float32. `decode`: how a softmax student's
+        word tags are read (crf/decoding.py: "constrained" or "argmax"); CRF students decode with their
+        CRF's Viterbi, so only "constrained" is accepted for them."""
         super().__init__(name="ner_serving")
         if config.decoder == CLASSIFIER:
             raise ConfigError("this student is a sentence classifier; bin/export serves taggers only. Load it "
                               "with tf.keras.models.load_model(<student_dir>/model) after import xtremedistil_tf")
         if any(int(n) < 2 for n in xla_lengths):
             raise ConfigError(f"--xla_lengths must be window lengths >= 2 ([CLS] and [SEP]); got {list(xla_lengths)}")
+        check_decode(decode)
+        if config.decoder == "crf" and decode != "constrained":
+            raise ConfigError(f"--decode={decode}: a CRF student decodes with its CRF's Viterbi; --decode=argmax "
+                              "is for softmax students")
+        self.decode = decode
+        # Softmax students: word labels from the first pieces' probabilities (crf/decoding.py).
+        self.word_decoder = None if config.decoder == "crf" else WordDecoder(config.tags, config.labels,
+                                                                              config.scheme, decode)
         served = served_model(model, config)
         replacements = block_bilstm(served, unroll=bool(xla_lengths) or unroll)
         if xla_lengths and not replacements:
@@ -212,17 +227,18 @@ class NerServing(tf.Module):
     @classmethod
     def from_student_dir(cls, student_dir, prune_corpus: Sequence[Path] = (), min_count: int = 1,
                          keep_characters: bool = True, xla_lengths: Sequence[int] = (),
-                         unroll: bool = False, bfloat16: bool = False) -> "NerServing":
+                         unroll: bool = False, bfloat16: bool = False,
+                         decode: str = DEFAULT_DECODE) -> "NerServing":
         """The saved student; with `prune_corpus`, serving only the pieces those texts use
-        (export.vocabulary); `xla_lengths`, `unroll`, `bfloat16` as in __init__. A student of a tokenizer other than
-        WordPiece is refused (export.student.check_servable)."""
+        (export.vocabulary); `xla_lengths`, `unroll`, `bfloat16`, `decode` as in __init__. A student of a
+        tokenizer other than WordPiece is refused (export.student.check_servable)."""
         check_servable(read_config(student_dir), student_dir)
         model, config, vocab = load_student_dir(student_dir)
         keep_ids = None
         if prune_corpus:
             counts = piece_counts(corpus_texts(prune_corpus), vocab, config.lower_case)
             keep_ids = kept_piece_ids(counts, vocab, min_count, keep_characters)
-        return cls(model, config, vocab, keep_ids, xla_lengths, unroll, bfloat16)
+        return cls(model, config, vocab, keep_ids, xla_lengths, unroll, bfloat16, decode)
 
     def _fixed_length_fn(self, length: int):
         """The served model under XLA on windows of exactly `length` pieces (unrolled BiLSTM)."""
@@ -260,8 +276,9 @@ class NerServing(tf.Module):
     def decode_windows(self, input_ids, attention_mask):
         """Piece tags of windows [C, L]: (tag_ids int32, tag_probs float32, probs [C, L, N] float32).
 
-        softmax: argmax of the student's probs; crf: Viterbi over the CRF potentials, with the
-        CRF marginals as probs. Positions with attention_mask 0 get the [PAD] tag and 0.
+        softmax: argmax of the student's probs (the piece tags; `serve` decodes words from the probs with
+        the tag scheme, crf/decoding.py); crf: Viterbi over the CRF potentials, with the CRF marginals
+        as probs. Positions with attention_mask 0 get the [PAD] tag and 0.
         """
         return self._decode(self._student_outputs(input_ids, attention_mask), attention_mask)
 
@@ -308,7 +325,7 @@ class NerServing(tf.Module):
         pieces, start, end = self.tokenizer.tokenize(text)   # [B, (W), (P)]
         input_ids, attention_mask, lengths = windows_of(pieces.merge_dims(1, 2), self._budget, self._cls, self._sep,
                                                         self._pad)
-        tag_ids, tag_probs, _ = self.decode_windows(input_ids, attention_mask)
+        tag_ids, tag_probs, all_probs = self.decode_windows(input_ids, attention_mask)
         # Drop CLS/SEP/padding; windows keep the pieces' order, so flat values line up with `pieces`.
         tags = tf.RaggedTensor.from_tensor(tag_ids[:, 1:], lengths=lengths).flat_values
         probs = tf.RaggedTensor.from_tensor(tag_probs[:, 1:], lengths=lengths).flat_values
@@ -316,8 +333,20 @@ class NerServing(tf.Module):
         first_piece = pieces.values.row_splits[:-1]
         rows = start.value_rowids()
         position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(start.row_splits, rows)
-        return rows, position, tf.gather(tags, first_piece), tf.gather(probs, first_piece), start.flat_values, \
-            end.flat_values
+        tags, probs = tf.gather(tags, first_piece), tf.gather(probs, first_piece)
+        if self.word_decoder is not None:
+            all_probs = tf.RaggedTensor.from_tensor(all_probs[:, 1:], lengths=lengths).flat_values
+            tags, probs = self._decode_words(tf.gather(all_probs, first_piece), rows, start.nrows())
+        return rows, position, tags, probs, start.flat_values, end.flat_values
+
+    def _decode_words(self, word_probs, word_rows, nrows):
+        """Softmax students: flat word labels [W] and their scores [W] from the probs [W, N] at the words'
+        first pieces, decoded per text by the WordDecoder (the tag scheme's best valid sequence, or argmax)."""
+        per_text = tf.RaggedTensor.from_value_rowids(word_probs, word_rows, nrows=nrows)
+        lengths = per_text.row_lengths()
+        labels, scores = self.word_decoder(per_text.to_tensor(), lengths)
+        return (tf.RaggedTensor.from_tensor(labels, lengths=lengths).flat_values,
+                tf.RaggedTensor.from_tensor(scores, lengths=lengths).flat_values)
 
     @tf.function(input_signature=[TEXT_SPEC])
     def serve(self, text):
@@ -349,6 +378,16 @@ class NerServing(tf.Module):
         }
 
 
+def exported_decode(saved_model_dir) -> str:
+    """How a SavedModel export decodes its word tags (assets.extra/export.json). Exports written before
+    it existed decode softmax students with the argmax, CRF students with their Viterbi."""
+    extra = Path(saved_model_dir) / "assets.extra"
+    if (extra / EXPORT_META).exists():
+        return read_json(extra / EXPORT_META)["decode"]
+    student = extra / "student.json"
+    return "constrained" if student.exists() and read_json(student).get("decoder") == "crf" else "argmax"
+
+
 def next_version(model_dir: Path) -> int:
     """1 + the highest numeric version under `model_dir` (TF Serving serves the highest)."""
     versions = [int(p.name) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit()]
@@ -358,16 +397,18 @@ def next_version(model_dir: Path) -> int:
 def export_student(student_dir, export_dir, name: str = "ner", version: int = 0, overwrite: bool = False,
                    prune_corpus: Sequence[Path] = (), min_count: int = 1,
                    keep_characters: bool = True, xla_lengths: Sequence[int] = (),
-                   bfloat16: bool = False) -> Tuple[Path, NerServing]:
+                   bfloat16: bool = False, decode: str = DEFAULT_DECODE) -> Tuple[Path, NerServing]:
     """Writes <export_dir>/<name>/<version>/ (SavedModel with `serving_default` and `ids`);
     returns it and the module that was saved.
 
-    version 0 means the next free version. `prune_corpus`, `xla_lengths` etc.: see NerServing.
+    version 0 means the next free version. `prune_corpus`, `xla_lengths`, `decode` etc.: see NerServing.
     `bfloat16` (bin/export --quantize=bfloat16): weights stored and computed in bfloat16 (as in
     NerServing), refused on a CPU without bfloat16 units (export.bfloat16.check_cpu).
     assets.extra/ (which TF Serving ignores) gets the student's student.json (bin/predict and
-    clients read the tags there) and the served vocab.txt (the ids the `ids` signature takes).
+    clients read the tags there), the served vocab.txt (the ids the `ids` signature takes) and
+    export.json ({"decode": how word tags are decoded}, which bin/evaluate reports).
     """
+    check_decode(decode)
     if bfloat16:
         check_cpu()  # before any work
     student_dir = Path(student_dir)
@@ -378,7 +419,7 @@ def export_student(student_dir, export_dir, name: str = "ner", version: int = 0,
     if target.exists() and not overwrite:
         raise ConfigError(f"{target} exists; pass --overwrite or another --version")
     module = NerServing.from_student_dir(student_dir, prune_corpus, min_count, keep_characters, xla_lengths,
-                                         bfloat16=bfloat16)
+                                         bfloat16=bfloat16, decode=decode)
     signatures = {"serving_default": module.serve.get_concrete_function(),
                   "ids": module.ids.get_concrete_function()}
     with atomic_dir(target) as tmp:
@@ -386,4 +427,5 @@ def export_student(student_dir, export_dir, name: str = "ner", version: int = 0,
         (tmp / "assets.extra").mkdir()
         shutil.copyfile(student_dir / "student.json", tmp / "assets.extra" / "student.json")
         (tmp / "assets.extra" / "vocab.txt").write_text("".join(p + "\n" for p in module.vocab), encoding="utf-8")
+        atomic_write_json(tmp / "assets.extra" / EXPORT_META, {"decode": module.decode})
     return target, module

@@ -18,18 +18,18 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf.data.alignment import TagVocab, decode, encode
+from xtremedistil_tf.data.alignment import TagVocab, decode, encode, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import score_by_language
+from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
 from xtremedistil_tf.export.student import StudentMeta, load_student_dir, write_student_dir
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.losses.sequence import DEFAULT_TOKEN_LOSS
 from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
 from xtremedistil_tf.teachers.cache import read_sharded
 from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
-from xtremedistil_tf.training.staged import (INPUT_KEYS, DistilConfig, batched, make_dev_f1, predict_tags,
-                                             train_student)
+from xtremedistil_tf.training.staged import INPUT_KEYS, DistilConfig, batched, make_dev_f1, train_student
 from xtremedistil_tf.training.strategies import LOSS_TARGETS, get_strategy
 from xtremedistil_tf.training.tensorboard import EpochScalars, ScalarLog
 
@@ -254,14 +254,30 @@ def distil_multigrained(cfg: StudentConfig, teacher, tokenizer, transfer_dir, tr
 
 
 def evaluate_student(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int,
-                     sentences: Sequence[Sentence], scheme: str, decoder: str = "softmax") -> Dict:
-    """Entity scores of a student's word predictions: softmax argmax, or Viterbi for CRF students."""
+                     sentences: Sequence[Sentence], scheme: str, decoder: str = "softmax",
+                     decode_as: str = DEFAULT_DECODE) -> Dict:
+    """Entity scores of a student's word predictions, decoded as serving decodes them: softmax students
+    by crf.decoding.WordDecoder (`decode_as`: "constrained", the best sequence the tag scheme allows,
+    or "argmax"), CRF students by the CRF's Viterbi (only "constrained")."""
     from xtremedistil_tf.training.multigrained import predict_tags_crf
 
     windows = encode(sentences, tokenizer, tag_vocab, max_seq_length)
-    pieces = predict_tags_crf(student, windows) if decoder == "crf" else predict_tags(student, windows)
-    predicted = decode(windows, pieces, tag_vocab)
+    if decoder == "crf":
+        if check_decode(decode_as) != "constrained":
+            raise ConfigError(f"--decode={decode_as}: a CRF student decodes with its CRF's Viterbi; --decode=argmax "
+                              "is for softmax students")
+        predicted = decode(windows, predict_tags_crf(student, windows), tag_vocab)
+    else:
+        probs = predict_by_length(windows, head_probs_fn(student))
+        predicted = WordDecoder(tag_vocab.tags, tag_vocab.labels, scheme, decode_as).decode_windows(windows, probs)[0]
     return score_by_language([s.tags for s in sentences], predicted, [s.lang for s in sentences], scheme)
+
+
+def head_probs_fn(student: tf.keras.Model):
+    """A compiled {"input_ids", "attention_mask"} [B, T] -> the softmax student's probs [B, T, tags] float32."""
+    spec = tf.TensorSpec([None, None], tf.int32)
+    return tf.function(lambda batch: tf.cast(student(batch, training=False)["probs"], tf.float32),
+                       input_signature=[{"input_ids": spec, "attention_mask": spec}])
 
 
 def lowercases(tokenizer) -> bool:

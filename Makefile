@@ -31,9 +31,10 @@ demo: $(STAMP)
 	printf '%s\n' $(DEMO_SENTENCES) | $(PY) bin/predict --model=runs/demo/export/ner --format=text
 	$(PY) bin/report --work_dir=runs/demo --summary
 
-# Two workers, each file on one worker (its module fixtures are built once): the suite's time is
+# Lint first (ruff.toml says what is checked). Two workers, each file on one worker (its module fixtures are built once): the suite's time is
 # mostly single-threaded graph tracing, so two processes halve it on 2 cores (10m42s -> 5m15s).
 test: $(STAMP)
+	$(PY) -m ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" -q -n 2 --dist loadfile
 
 test-slow: $(STAMP)

@@ -13,7 +13,8 @@ from xtremedistil_tf.console import duration, epoch_line
 
 ENV = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "HF_HUB_OFFLINE": "1"}
 ENV.pop("TF_CPP_MIN_LOG_LEVEL", None)  # what a user's shell has: nothing set
-NOISE = ("functional_saver", "cuda", "I0000", "Some weights of", "absl::InitializeLog", "oneDNN")
+NOISE = ("functional_saver", "cuda", "I0000", "Some weights of", "absl::InitializeLog", "oneDNN",
+         "INFO:tensorflow:", "WARNING:tensorflow:")
 
 # Each command, and flags its --help must list (its own, not another command's).
 COMMANDS = {

@@ -66,6 +66,12 @@ def setup(verbose: bool) -> None:
 
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    # TensorFlow gives its logger a stderr handler of its own when it loads before any handler is on the
+    # root ("INFO:tensorflow:Assets written to: ..." at every SavedModel): its records go to the root's
+    # handlers instead, like every other library's (the console's filter, run.log).
+    tf_logger = logging.getLogger("tensorflow")
+    for own in [h for h in tf_logger.handlers if type(h) is logging.StreamHandler]:
+        tf_logger.removeHandler(own)
     handler = absl_logging.get_absl_handler()
     if verbose:
         return  # absl's own format: timestamps, threads and files, for debugging

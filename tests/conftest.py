@@ -1,4 +1,6 @@
+import fcntl
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -118,6 +120,32 @@ def train_toy_student(tokenizer):
               {"probs": windows.label_ids}, sample_weight={"probs": windows.attention_mask},
               epochs=4, batch_size=32, verbose=0)
     return model
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """<run's temp dir>/<name>, written by `build(path)` once per test run and shared by the
+    pytest-xdist workers (their temp dirs have one parent; a lock makes the others wait for the
+    first). Read it, never write into it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    target = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / f"{name}.done").exists():
+            shutil.rmtree(target, ignore_errors=True)
+            build(target)
+            (root / f"{name}.done").touch()
+    return target
+
+
+@pytest.fixture(scope="session")
+def toy_student_dir(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
+    """train_toy_student's student, saved (write_student_dir) once per test run."""
+    from xtremedistil_tf.export.student import StudentMeta, write_student_dir
+
+    return built_once(tmp_path_factory, "toy_student", lambda path: write_student_dir(
+        train_toy_student(tiny_tokenizer), path, StudentMeta(TOY_LABELS), tiny_tokenizer_dir / "vocab.txt"))
 
 
 def sticky_crf_student(tokenizer):

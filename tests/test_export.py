@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import EXPORT_TEXTS, REPO, TOY_LABELS, sticky_crf_student, toy_ner_sentences, train_toy_student
+from conftest import EXPORT_TEXTS, REPO, TOY_LABELS, sticky_crf_student, toy_ner_sentences
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode, word_pieces
 from xtremedistil_tf.data.schemes import spans_to_tags, tags_to_spans
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export.predictor import load_serving_fn, predict
 from xtremedistil_tf.export.serving import NerServing, decode_spans, export_student, tag_tables
-from xtremedistil_tf.export.student import StudentMeta, read_vocab, write_student_dir
+from xtremedistil_tf.export.student import StudentMeta, read_vocab
 from xtremedistil_tf.students.models import build_bilstm_student, build_transformer_student
 
 TAG_VOCAB = TagVocab(TOY_LABELS)
@@ -29,11 +29,8 @@ TEXTS = EXPORT_TEXTS
 
 
 @pytest.fixture(scope="module")
-def student(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
-    model = train_toy_student(tiny_tokenizer)
-    directory = write_student_dir(model, tmp_path_factory.mktemp("student"), StudentMeta(TOY_LABELS),
-                                  tiny_tokenizer_dir / "vocab.txt")
-    return model, directory
+def student(toy_student):
+    return toy_student
 
 
 @pytest.fixture(scope="module")

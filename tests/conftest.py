@@ -1,5 +1,8 @@
+import fcntl
 import os
+import shutil
 import sys
+from collections import OrderedDict
 from pathlib import Path
 
 # Before anything imports TensorFlow: Keras 2 through tf-keras (README "Stack"), no model hub.
@@ -18,6 +21,34 @@ SHARED = Path(os.environ.get("XTREMEDISTIL_SHARED", REPO.parent / "shared"))
 SHARED_DATA = SHARED / "data"
 # Reference outputs the project ships (tests/fixtures/README.md says what and from where).
 FIXTURES = REPO / "tests" / "fixtures"
+
+
+# `--dist loadfile` (make test) hands the files out in order of their number of tests, so a slow
+# file of few tests would start last and run alone at the end. These go first, slowest first
+# (CPU time of one `make test`, 2026-11-25); the rest follow in xdist's order.
+SLOW_FILES_FIRST = ("test_formats_benchmark.py",)
+
+
+class _SlowFilesFirst(OrderedDict):
+    """xdist's queue of files (scope -> tests); popitem(last=False) gives the next file to a worker."""
+
+    def popitem(self, last=True):
+        slow = [scope for scope in self if Path(scope).name in SLOW_FILES_FIRST]
+        if last or not slow:
+            return super().popitem(last)
+        scope = min(slow, key=lambda s: SLOW_FILES_FIRST.index(Path(s).name))
+        return scope, self.pop(scope)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    scheduler = LoadFileScheduling(config, log)
+    scheduler.workqueue = _SlowFilesFirst()
+    return scheduler
 
 
 def _require(path: Path) -> Path:
@@ -101,24 +132,75 @@ def toy_ner_sentences(n, seed, lang=None):
 TOY_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
 
+def toy_student_model(tokenizer):
+    """The untrained tiny BiLSTM student (E = H = 16) of train_toy_student."""
+    from xtremedistil_tf.data.alignment import TagVocab
+    from xtremedistil_tf.students.models import build_bilstm_student
+
+    return build_bilstm_student(tokenizer.vocab_size, len(TagVocab(TOY_LABELS)), embedding_dim=16, hidden=16,
+                                teacher_hidden=8, dropout=0.0)
+
+
 def train_toy_student(tokenizer):
     """A tiny BiLSTM student (E = H = 16) trained for a few epochs on the toy task (names PER,
     cities LOC): what the export tests serve."""
     import tensorflow as tf
 
     from xtremedistil_tf.data.alignment import TagVocab, encode
-    from xtremedistil_tf.students.models import build_bilstm_student
 
-    tag_vocab = TagVocab(TOY_LABELS)
     tf.keras.utils.set_random_seed(0)
-    windows = encode(toy_ner_sentences(300, seed=1), tokenizer, tag_vocab, max_seq_length=16)
-    model = build_bilstm_student(tokenizer.vocab_size, len(tag_vocab), embedding_dim=16, hidden=16,
-                                 teacher_hidden=8, dropout=0.0)
+    windows = encode(toy_ner_sentences(300, seed=1), tokenizer, TagVocab(TOY_LABELS), max_seq_length=16)
+    model = toy_student_model(tokenizer)
     model.compile(tf.keras.optimizers.Adam(0.02), loss={"probs": tf.keras.losses.SparseCategoricalCrossentropy()})
     model.fit({"input_ids": windows.input_ids, "attention_mask": windows.attention_mask},
               {"probs": windows.label_ids}, sample_weight={"probs": windows.attention_mask},
               epochs=4, batch_size=32, verbose=0)
     return model
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """<run's temp dir>/<name>, written by `build(path)` once per test run and shared by the
+    pytest-xdist workers (their temp dirs have one parent; a lock makes the others wait for the
+    first). Read it, never write into it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    target = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / f"{name}.done").exists():
+            shutil.rmtree(target, ignore_errors=True)
+            build(target)
+            (root / f"{name}.done").touch()
+    return target
+
+
+@pytest.fixture(scope="session")
+def toy_student_dir(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
+    """train_toy_student's student, trained and saved (write_student_dir) once per test run; its
+    trained weights beside it in ../weights.npz (see toy_student)."""
+    import numpy as np
+
+    from xtremedistil_tf.export.student import StudentMeta, write_student_dir
+
+    def build(path):
+        model = train_toy_student(tiny_tokenizer)
+        write_student_dir(model, path / "student", StudentMeta(TOY_LABELS), tiny_tokenizer_dir / "vocab.txt")
+        np.savez(path / "weights.npz", *model.get_weights())
+
+    return built_once(tmp_path_factory, "toy_student", build) / "student"
+
+
+@pytest.fixture(scope="session")
+def toy_student(toy_student_dir, tiny_tokenizer):
+    """(the trained toy student as a Keras model, its student dir): the model is rebuilt with the
+    trained weights, not loaded from the dir, so it is a reference independent of write_student_dir."""
+    import numpy as np
+
+    model = toy_student_model(tiny_tokenizer)
+    with np.load(toy_student_dir.parent / "weights.npz") as weights:
+        model.set_weights([weights[f"arr_{i}"] for i in range(len(weights.files))])
+    return model, toy_student_dir
 
 
 def sticky_crf_student(tokenizer):

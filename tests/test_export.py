@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (EXPORT_TEXTS, REPO, TOY_LABELS, o_iper_student, sticky_crf_student, toy_ner_sentences,
-                      train_toy_student)
+from conftest import EXPORT_TEXTS, REPO, TOY_LABELS, o_iper_student, sticky_crf_student, toy_ner_sentences
 from xtremedistil_tf.data.alignment import TagVocab, encode, word_pieces
 from xtremedistil_tf.data.schemes import spans_to_tags, tags_to_spans, validate_tags
 from xtremedistil_tf.data.sentence import Sentence
@@ -34,11 +33,8 @@ TEXTS = EXPORT_TEXTS
 
 
 @pytest.fixture(scope="module")
-def student(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
-    model = train_toy_student(tiny_tokenizer)
-    directory = write_student_dir(model, tmp_path_factory.mktemp("student"), StudentMeta(TOY_LABELS),
-                                  tiny_tokenizer_dir / "vocab.txt")
-    return model, directory
+def student(toy_student):
+    return toy_student
 
 
 @pytest.fixture(scope="module")

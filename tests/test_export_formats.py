@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (EXPORT_TEXTS, REPO, TOY_LABELS, o_iper_student, sticky_crf_student, toy_ner_sentences,
-                      train_toy_student)
+from conftest import EXPORT_TEXTS, REPO, TOY_LABELS, o_iper_student, sticky_crf_student, toy_ner_sentences
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
 from xtremedistil_tf.export.formats import check_format, export_portable
@@ -41,9 +40,8 @@ MATMULS = ("MatMul", "BatchMatMulV2", "Einsum", "BlockLSTMV2")
 
 
 @pytest.fixture(scope="module")
-def student_dir(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
-    return write_student_dir(train_toy_student(tiny_tokenizer), tmp_path_factory.mktemp("student"),
-                             StudentMeta(TOY_LABELS), tiny_tokenizer_dir / "vocab.txt")
+def student_dir(toy_student_dir):
+    return toy_student_dir
 
 
 @pytest.fixture(scope="module")
@@ -148,15 +146,24 @@ def test_quantized_exports_agree_within_the_allowed_rate(serving, exports, fmt, 
     assert same >= (1 - 2 * ALLOWED_DISAGREEMENT[quantize]) * len(SHORT_TEXTS) - 1
 
 
+@pytest.fixture(scope="module")
+def crf_student_dir(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
+    """The sticky CRF student, saved once for both formats."""
+    return write_student_dir(sticky_crf_student(tiny_tokenizer), tmp_path_factory.mktemp("crf"),
+                             StudentMeta(TOY_LABELS, decoder="crf"), tiny_tokenizer_dir / "vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def crf_serving(crf_student_dir):
+    return NerServing.from_student_dir(crf_student_dir)
+
+
 @pytest.mark.parametrize("fmt", ["onnx", "tflite"])
-def test_crf_student_is_decoded_by_numpy_viterbi(tiny_tokenizer, tiny_tokenizer_dir, tmp_path, fmt):
+def test_crf_student_is_decoded_by_numpy_viterbi(crf_student_dir, crf_serving, tmp_path, fmt):
     """CRF students: the graph returns the potentials; predict.py's Viterbi and marginals give the
     SavedModel graph's tags (not the argmax) and probabilities."""
-    model = sticky_crf_student(tiny_tokenizer)
-    student_dir = write_student_dir(model, tmp_path / "crf", StudentMeta(TOY_LABELS, decoder="crf"),
-                                    tiny_tokenizer_dir / "vocab.txt")
-    exported = export_portable(student_dir, tmp_path, "crf", fmt, lengths=(8,) if fmt == "tflite" else ())
-    serving = NerServing.from_student_dir(student_dir)
+    exported = export_portable(crf_student_dir, tmp_path, "crf", fmt, lengths=(8,) if fmt == "tflite" else ())
+    serving = crf_serving
     predictor = portable.load(exported.directory)
     ids = np.array([[2, 70, 45, 60, 3, 0], [2, 50, 3, 0, 0, 0]], np.int32)
     mask = (np.arange(6) < np.array([[5], [3]])).astype(np.int32)

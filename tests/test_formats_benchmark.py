@@ -1,23 +1,23 @@
 """bin/benchmark formats: one row per export format and quantization of a tiny work dir's student."""
+import shutil
+
 import pytest
 
-from conftest import TOY_LABELS, toy_ner_sentences, train_toy_student
+from conftest import toy_ner_sentences
 from xtremedistil_tf.data.loading import write_jsonl
-from xtremedistil_tf.export.student import StudentMeta, write_student_dir
 
 pytest.importorskip("tf2onnx", reason="tf2onnx is not installed (requirements.txt pins it)")
 pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (requirements.txt pins it)")
 pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is not installed (requirements.txt pins it)")
 
 
-def test_formats_table_on_a_tiny_work_dir(tmp_path, tiny_tokenizer, tiny_tokenizer_dir):
+def test_formats_table_on_a_tiny_work_dir(tmp_path, toy_student_dir):
     from xtremedistil_tf.benchmarks.formats import VARIANTS, benchmark
     from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
     from xtremedistil_tf.export.serving import NerServing
 
     work = tmp_path / "work"
-    write_student_dir(train_toy_student(tiny_tokenizer), work / "student", StudentMeta(TOY_LABELS),
-                      tiny_tokenizer_dir / "vocab.txt")
+    shutil.copytree(toy_student_dir, work / "student")
     (work / "data").mkdir()
     write_jsonl(toy_ner_sentences(60, seed=5), work / "data" / "test.jsonl")
     # All but TFLite int8 (tests/test_export_formats.py checks it), to keep the test short.

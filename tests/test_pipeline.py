@@ -68,6 +68,12 @@ def test_pipeline_writes_every_artifact(finished_run):
     # Padding positions carry zeros; the unlabeled sentences carry PAD tags only.
     assert np.all(ds[0]["logits"][ds[0]["attention_mask"] == 0] == 0)
     assert np.all(ds[-1]["label_ids"] == 8)
+    # The teacher learned first pieces only (the default supervision): the cache marks exactly the
+    # pieces that carry a word label (ids 0-4; X, [CLS], [SEP], [PAD] come after).
+    labeled = np.stack([d["label_ids"] for d in ds[:160]])
+    marked = np.stack([d["teacher_mask"] for d in ds[:160]])
+    np.testing.assert_array_equal(marked == 1, labeled < 5)
+    assert (labeled == 6).any()  # [CLS] pieces are there, and unmarked
     assert metrics["transfer"]["train_windows"] == 160 and metrics["transfer"]["dev"]["windows"] == 40
 
 
@@ -132,6 +138,7 @@ def test_multigrained_method_runs_end_to_end(tmp_path, toy_corpus, tiny_bert_dir
     metrics = pipeline.run(cfg)
     example = next(read_sharded(os.path.join(cfg.work_dir, "transfer")).as_numpy_iterator())
     assert example["kbest_tags"].shape == (3, 16)
+    assert "teacher_mask" not in example  # a CRF teacher trains on every piece
     assert example["kbest_probs"].sum() + example["residual"] == pytest.approx(1.0, abs=1e-4)
     assert metrics["teacher"]["scores"]["test"]["all"]["f1"] > 0.8
     assert metrics["student"]["scores"]["test"]["all"]["f1"] > 0.7

@@ -202,3 +202,45 @@ def test_dev_without_teacher_outputs_is_refused(toy):
     config = _config(toy, epochs_per_layer=1)
     with pytest.raises(ValueError, match="hidden"):
         train_student("D4.2", _student(toy), toy["train"], toy["transfer"], dev, config)
+
+
+def _first_piece_teacher(toy, garbage: float):
+    """toy's transfer set with a first-piece teacher's `teacher_mask`; the logits at the other
+    pieces (continuation, [CLS], [SEP]: never trained) replaced by `garbage`."""
+    windows = toy["windows"]["transfer"]
+    first = (windows.word_index >= 0).astype(np.int32)
+    logits, hidden = _teacher_outputs(windows, len(toy["tag_vocab"]), 2)
+    logits = np.where(first[..., None] == 1, logits, np.float32(garbage))
+    return {"input_ids": windows.input_ids, "attention_mask": windows.attention_mask,
+            "label_ids": np.full_like(windows.label_ids, toy["tag_vocab"].pad_id), "logits": logits,
+            "hidden": hidden, "teacher_mask": first}
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_logit_loss_counts_only_what_a_first_piece_teacher_was_trained_on(toy, masked):
+    """With the cache's teacher_mask, the teacher's logits at pieces it never learned do not move
+    the student: garbage there trains the same weights; without the mask they would."""
+    weights = []
+    for garbage in (0.0, 1e3):
+        data = _first_piece_teacher(toy, garbage)
+        if not masked:
+            del data["teacher_mask"]
+        transfer = tf.data.Dataset.from_tensor_slices(data).batch(32)
+        student = _student(toy, seed=4)
+        train_student("D1", student, toy["train"], transfer, toy["dev"], _config(toy, epochs_per_layer=1))
+        weights.append(student.get_weights())
+    same = all(np.allclose(a, b, atol=1e-5) for a, b in zip(*weights))
+    assert same == masked
+    assert (toy["windows"]["transfer"].word_index < 0)[toy["windows"]["transfer"].attention_mask == 1].any()
+
+
+def test_teacher_argmax_labels_skip_the_pieces_a_first_piece_teacher_never_learned(toy):
+    from xtremedistil_tf.training.student_run import teacher_labeled
+
+    data = _first_piece_teacher(toy, 0.0)
+    pad = toy["tag_vocab"].pad_id
+    example = next(iter(teacher_labeled(tf.data.Dataset.from_tensor_slices(data), pad, ("label_ids",))))
+    first = data["teacher_mask"][0] == 1
+    expected = np.where(first, np.argmax(data["logits"][0], axis=-1), pad)
+    np.testing.assert_array_equal(example["label_ids"].numpy(), expected)
+    assert (expected != pad).sum() == first.sum() > 0

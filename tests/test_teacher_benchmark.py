@@ -74,7 +74,7 @@ def test_benchmark_trains_both_on_the_same_data(tmp_path, pretrained_tiny_bert):
     # Both learn the toy task (names are PER, cities LOC) from the same snapshot of the data.
     assert rows["pipeline"]["test_f1"] > 0.8 and rows["reference"]["test_f1"] > 0.8
     assert [h["epoch"] for h in rows["reference"]["history"]] == [1, 2, 3, 4]
-    assert rows["pipeline"]["recipe"]["supervision"] == "all_pieces"
+    assert rows["pipeline"]["recipe"]["supervision"] == "first_piece"
     metrics = json.loads((work / "metrics.json").read_text())
     assert rows["pipeline"]["test_f1"] == metrics["teacher"]["scores"]["test"]["all"]["f1"]
     assert not (work / "student").exists() and not (work / "transfer").exists()

@@ -17,7 +17,7 @@ from xtremedistil_tf.teachers.model import build_teacher, initialise_head
 def test_softmax_recipe_defaults():
     recipe = recipe_for("softmax")
     assert (recipe.head_learning_rate, recipe.layer_decay, recipe.head_init, recipe.supervision) == \
-        (1e-3, 1.0, "glorot", "all_pieces")
+        (1e-3, 1.0, "glorot", "first_piece")
     # Explicit settings win; None means "not given".
     assert recipe_for("softmax", supervision="first_piece", head_learning_rate=None).supervision == "first_piece"
     assert recipe_for("softmax", head_learning_rate=None).head_learning_rate == 1e-3
@@ -86,13 +86,13 @@ def test_flags_left_unset_take_the_heads_recipe(parsed_flags):
     softmax, crf, chosen, refused = parsed_flags(
         [], ["--teacher_head=crf"],
         ["--teacher_head_learning_rate=0", "--teacher_head_init=bert", "--warmup_fraction=0",
-         "--teacher_supervision=first_piece", "--layer_decay=0.8"],
+         "--teacher_supervision=all_pieces", "--layer_decay=0.8"],
         ["--teacher_head=crf", "--teacher_supervision=first_piece"])
     assert (softmax.head_learning_rate, softmax.layer_decay, softmax.warmup_fraction, softmax.head_init,
-            softmax.supervision) == (1e-3, 1.0, 0.1, "glorot", "all_pieces")
+            softmax.supervision) == (1e-3, 1.0, 0.1, "glorot", "first_piece")
     assert (crf.head_learning_rate, crf.layer_decay, crf.supervision) == (1e-3, 0.9, "all_pieces")
     assert (chosen.head_learning_rate, chosen.head_init, chosen.warmup_fraction, chosen.supervision,
-            chosen.layer_decay) == (0.0, "bert", 0.0, "first_piece", 0.8)
+            chosen.layer_decay) == (0.0, "bert", 0.0, "all_pieces", 0.8)
     assert "cannot train a CRF head" in refused["error"]
 
 

@@ -205,6 +205,13 @@ def _is_checkpoint(teacher) -> bool:
     return isinstance(teacher, PretrainedTokenTeacher)
 
 
+def _first_pieces_only(teacher, tc: TeacherConfig) -> bool:
+    """Whether the token teacher's logits were trained at each word's first piece only (not at
+    continuation pieces, [CLS] or [SEP]): a checkpoint of the hub, or --teacher_supervision=first_piece.
+    Its cache then marks those pieces, and the student's logit loss counts only them."""
+    return _is_checkpoint(teacher) or tc.finetune.supervision == "first_piece"
+
+
 def _used_as_it_is(teacher, tc: TeacherConfig, path: str) -> bool:
     """Whether the teacher step skips fine-tuning (a fine-tuned checkpoint, or --teacher_epochs=0); logged."""
     if _is_checkpoint(teacher):
@@ -282,7 +289,8 @@ def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprin
         manifest = write_multigrained_outputs(teacher, windows, work.path(name), cfg.transfer.kbest, fingerprint,
                                               layer=cfg.teacher.layer, **common)
     else:
-        manifest = write_teacher_outputs(teacher, windows, work.path(name), cfg.teacher.layer, fingerprint, **common)
+        manifest = write_teacher_outputs(teacher, windows, work.path(name), cfg.teacher.layer, fingerprint,
+                                         first_pieces=_first_pieces_only(teacher, cfg.teacher), **common)
     return _cache_info(sentences, len(windows), manifest, start), windows.sentence_index
 
 

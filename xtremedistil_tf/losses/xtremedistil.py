@@ -27,6 +27,10 @@ import tensorflow as tf
 
 DEFAULT_REPRESENTATION_LOSS = "mse"
 
+# The teacher-output cache's per-piece mask of the positions a teacher's logits were trained on
+# (present when the teacher learned each word's first piece only: teachers/outputs.py).
+TEACHER_MASK = "teacher_mask"
+
 
 def masked_mean(values: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     """Mean of `values [...]` over positions where `mask [...]` is non-zero; 0 when none is."""
@@ -38,6 +42,13 @@ def label_mask(label_ids: tf.Tensor, attention_mask: tf.Tensor, pad_id: int) -> 
     """float mask [...]: real positions with a label (CLS, SEP and X count; PAD-tagged ones,
     i.e. padding and unlabeled transfer sentences, do not)."""
     return tf.cast(attention_mask, tf.float32) * tf.cast(tf.not_equal(label_ids, pad_id), tf.float32)
+
+
+def teacher_mask(batch, attention_mask: tf.Tensor) -> tf.Tensor:
+    """float mask [...]: the real positions where the teacher's cached logits are a target: all of
+    them, or only the first pieces when the cache has a `teacher_mask`."""
+    mask = tf.cast(attention_mask, tf.float32)
+    return mask * tf.cast(batch[TEACHER_MASK], tf.float32) if TEACHER_MASK in batch else mask
 
 
 def cross_entropy(label_ids: tf.Tensor, scores: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:

@@ -26,8 +26,8 @@ import tensorflow as tf
 from xtremedistil_tf.console import epoch_line
 from xtremedistil_tf.data.alignment import CompiledPerStudent, Windows, predict_by_length
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.losses.xtremedistil import (DEFAULT_REPRESENTATION_LOSS, cross_entropy, label_mask,
-                                                 logit_mse, representation_loss)
+from xtremedistil_tf.losses.xtremedistil import (DEFAULT_REPRESENTATION_LOSS, TEACHER_MASK, cross_entropy,
+                                                 label_mask, logit_mse, representation_loss, teacher_mask)
 from xtremedistil_tf.students.models import encoder_layer_name
 from xtremedistil_tf.teachers.finetune import trim_to_longest
 from xtremedistil_tf.training.callbacks import BatchBar, BestSoFar
@@ -135,11 +135,14 @@ class _StageModel(tf.keras.Model):
         return total
 
     def _mask(self, batch, target, output):
-        """Counted positions: real tokens (every row for sentence outputs), labeled ones for CE."""
+        """Counted positions: real tokens (every row for sentence outputs), labeled ones for CE,
+        for token logits those the teacher was trained on (`teacher_mask`)."""
         attention = batch["attention_mask"] if output.shape.rank == 3 \
             else tf.ones_like(batch["attention_mask"][:, 0])
         if target == "label_ids":
             return label_mask(batch["label_ids"], attention, self.pad_id)
+        if target == "logits" and output.shape.rank == 3:
+            return teacher_mask(batch, attention)
         return tf.cast(attention, tf.float32)
 
     def _results(self):
@@ -204,6 +207,8 @@ def _select(ds: tf.data.Dataset, keys: Sequence[str], what: str, stage: Stage) -
     if missing:
         raise ConfigError(f"stage '{stage.name}' needs {missing} in the {what} set, which has "
                           f"{sorted(have)} (the dev set needs teacher outputs for distillation stages)")
+    if "logits" in keys and TEACHER_MASK in have:
+        keys = [*keys, TEACHER_MASK]
     # Sentence-level targets ([B] classes, [B, C] logits, [B, H] states) have no time axis to trim.
     time_keys = INPUT_KEYS if _sentence_level(ds) else None
 

@@ -26,8 +26,9 @@ from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_deco
 from xtremedistil_tf.export.student import StudentMeta, load_student_dir, write_student_dir
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.losses.sequence import DEFAULT_TOKEN_LOSS
+from xtremedistil_tf.losses.xtremedistil import TEACHER_MASK, teacher_mask
 from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
-from xtremedistil_tf.teachers.cache import read_sharded
+from xtremedistil_tf.teachers.cache import load_manifest, read_sharded
 from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
 from xtremedistil_tf.training.staged import INPUT_KEYS, DistilConfig, batched, make_dev_f1, train_student
 from xtremedistil_tf.training.strategies import LOSS_TARGETS, get_strategy
@@ -125,6 +126,15 @@ def source_keys(strategy: str, source: str) -> Tuple[str, ...]:
     return tuple(keys)
 
 
+def with_teacher_mask(cache_dir, keys: Sequence[str]) -> Tuple[str, ...]:
+    """`keys`, plus the cache's `teacher_mask` when it has one (a first-piece teacher) and the keys
+    read the teacher's logits: the positions those logits count at go with them."""
+    keys = tuple(keys)
+    if "logits" in keys and TEACHER_MASK not in keys and TEACHER_MASK in load_manifest(cache_dir)["features"]:
+        return (*keys, TEACHER_MASK)
+    return keys
+
+
 def staged_datasets(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_examples: int,
                     shuffle_buffer: Optional[int] = None):
     """(labeled train, whole transfer set, dev) batches from the caches for the staged loop; the
@@ -139,9 +149,10 @@ def staged_datasets(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_examp
     shuffle_buffer = min(50_000, 10 * cfg.batch_size) if shuffle_buffer is None else shuffle_buffer
     if shuffle_buffer < 1:
         raise ConfigError(f"shuffle_buffer must be >= 1 window, got {shuffle_buffer}")
-    train = read_sharded(transfer_dir, keys=source_keys(cfg.strategy, "train")).take(train_examples)
+    train = read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "train")))
+    train = train.take(train_examples)
     train_ds = batched(train, cfg.batch_size, shuffle_buffer=train_examples, seed=cfg.seed)
-    transfer = read_sharded(transfer_dir, keys=source_keys(cfg.strategy, "transfer"))
+    transfer = read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "transfer")))
     transfer_ds = batched(transfer, cfg.batch_size, shuffle_buffer=shuffle_buffer, seed=cfg.seed)
     return train_ds, transfer_ds, batched(read_sharded(dev_cache_dir), cfg.batch_size)
 
@@ -156,14 +167,15 @@ def staged_sources(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_exampl
     shuffle_buffer = min(50_000, 10 * cfg.batch_size) if shuffle_buffer is None else shuffle_buffer
     if shuffle_buffer < 1:
         raise ConfigError(f"shuffle_buffer must be >= 1 window, got {shuffle_buffer}")
-    train_keys = source_keys(cfg.strategy, "train")
+    train_keys = with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "train"))
     if train_examples:
         train, train_buffer = read_sharded(transfer_dir, keys=train_keys).take(train_examples), train_examples
     else:
         log.info("no labeled train examples: the label (CE) losses learn the teacher's argmax over the transfer set")
-        train = teacher_labeled(read_sharded(transfer_dir, keys=(*train_keys, "logits")), pad_id, train_keys)
+        train = teacher_labeled(read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir, (*train_keys, "logits"))),
+                                pad_id, train_keys)
         train_buffer = shuffle_buffer
-    transfer = read_sharded(transfer_dir, keys=source_keys(cfg.strategy, "transfer"))
+    transfer = read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "transfer")))
 
     def train_for(seed: int) -> tf.data.Dataset:
         return batched(train, cfg.batch_size, shuffle_buffer=train_buffer, seed=seed, reshuffle=False)
@@ -176,14 +188,15 @@ def staged_sources(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_exampl
 
 def teacher_labeled(examples: tf.data.Dataset, pad_id: int, keys: Sequence[str]) -> tf.data.Dataset:
     """Cached examples with `label_ids` replaced by the argmax of the teacher's cached `logits`
-    (per piece [T, N], padding pieces get `pad_id`; or per text [C]), then only `keys` kept."""
+    (per piece [T, N], padding pieces and those a first-piece teacher was not trained on get
+    `pad_id`; or per text [C]), then only `keys` kept."""
     if pad_id is None:
         raise ConfigError("labeling the transfer set with the teacher's argmax needs the tag vocabulary's pad id")
 
     def relabel(example):
         tags = tf.argmax(example["logits"], axis=-1, output_type=tf.int32)
         if example["logits"].shape.rank > 1:
-            tags = tf.where(tf.cast(example["attention_mask"], tf.bool), tags, pad_id)
+            tags = tf.where(teacher_mask(example, example["attention_mask"]) > 0, tags, pad_id)
         return {k: tags if k == "label_ids" else example[k] for k in keys}
 
     return examples.map(relabel)

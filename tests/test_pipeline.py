@@ -124,6 +124,7 @@ def test_multigrained_method_runs_end_to_end(tmp_path, toy_corpus, tiny_bert_dir
     # BERT+CRF teacher -> k-best surrogates in the cache -> BiLSTM+CRF student -> Viterbi scores.
     cfg = toy_config(tmp_path / "work", toy_corpus, tiny_bert_dir)
     cfg.teacher.head = "crf"
+    cfg.teacher.finetune.supervision = "all_pieces"  # a CRF's NLL needs a tag at every piece (recipe_for("crf"))
     cfg.teacher.dropout = cfg.teacher.embedding_dropout = 0.0
     cfg.transfer.kbest = 3
     # First teacher-only (bin/train --nostudent): no teacher outputs are cached for a student that never comes.

@@ -1,4 +1,5 @@
-"""XtremeDistil's three losses as plain tensor functions, each a masked mean over positions.
+"""XtremeDistil's three losses as plain tensor functions `loss(prediction, target, mask)`, each a
+masked mean over positions (losses/registry.py lists them with their equations).
 
 Shapes: leading dims `[...]` are [B, T] for token tagging and [B] for sentence classification;
 `mask [...]` is 1 where a position counts (real tokens: attention_mask; for CE also label != PAD)
@@ -21,17 +22,11 @@ and its scale, which is what the later stages read through the projection. KLD i
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import tensorflow as tf
 
+from xtremedistil_tf.losses.reduce import masked_mean
+
 DEFAULT_REPRESENTATION_LOSS = "mse"
-
-
-def masked_mean(values: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Mean of `values [...]` over positions where `mask [...]` is non-zero; 0 when none is."""
-    mask = tf.cast(mask, values.dtype)
-    return tf.reduce_sum(values * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
 
 
 def label_mask(label_ids: tf.Tensor, attention_mask: tf.Tensor, pad_id: int) -> tf.Tensor:
@@ -40,8 +35,9 @@ def label_mask(label_ids: tf.Tensor, attention_mask: tf.Tensor, pad_id: int) -> 
     return tf.cast(attention_mask, tf.float32) * tf.cast(tf.not_equal(label_ids, pad_id), tf.float32)
 
 
-def cross_entropy(label_ids: tf.Tensor, scores: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Hard-label CE: label_ids [...] int, scores [..., N] pre-softmax (W^s h), mask [...] -> scalar."""
+def cross_entropy(scores: tf.Tensor, label_ids: tf.Tensor, mask: tf.Tensor = None) -> tf.Tensor:
+    """Hard-label CE: scores [..., N] pre-softmax (W^s h), label_ids [...] int, mask [...] (None: every
+    position) -> scalar."""
     scores = tf.cast(scores, tf.float32)
     # Masked positions may hold ids outside [0, N) (e.g. -1 padding); clip so the op stays valid.
     safe = tf.clip_by_value(tf.cast(label_ids, tf.int32), 0, tf.shape(scores)[-1] - 1)
@@ -69,12 +65,3 @@ def representation_kld(student: tf.Tensor, teacher: tf.Tensor, mask: tf.Tensor) 
     kl = tf.reduce_sum(tf.exp(log_t) * (log_t - log_s), axis=-1)
     return masked_mean(kl, mask)
 
-
-REPRESENTATION_LOSSES = {"mse": representation_mse, "kld": representation_kld}
-
-
-def representation_loss(name: str) -> Callable:
-    """The representation loss called `name` ('mse' or 'kld')."""
-    if name not in REPRESENTATION_LOSSES:
-        raise ValueError(f"unknown representation loss {name!r}; choose one of {sorted(REPRESENTATION_LOSSES)}")
-    return REPRESENTATION_LOSSES[name]

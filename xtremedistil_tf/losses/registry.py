@@ -41,8 +41,8 @@ def labeled_tokens(batch, pad_id: int) -> tf.Tensor:
 
 
 def rows_with_target(batch, pad_id: int) -> tf.Tensor:
-    """real tokens of the rows with a target: all rows when the batch has the teacher's k-best paths
-    (unlabeled rows learn its top-1 path), else the labeled rows"""
+    """real tokens of the rows with a target (every row when the batch has the teacher's k-best paths:
+    unlabeled rows learn its top-1 path; else the labeled rows)"""
     if "kbest_tags" in batch:
         return real_tokens(batch, pad_id)
     labeled = sequence.labeled_rows(batch["label_ids"], batch["attention_mask"], pad_id)
@@ -165,6 +165,10 @@ def _function_name(fn) -> str:
     return f"{fn.__module__.removeprefix('xtremedistil_tf.')}.{fn.__name__}"
 
 
+def _doc(fn) -> str:
+    return " ".join(fn.__doc__.split())
+
+
 def markdown() -> str:
     """docs/equations.md: paper -> equation -> function -> test, one row per entry."""
     lines = ["# Loss equations",
@@ -185,7 +189,7 @@ def markdown() -> str:
         for e in (entry for entry in ENTRIES if entry.paper == paper):
             lines.append(f"| `{e.key}` | {e.equation} | {', '.join(f'`{k}`' for k in e.prediction)} | "
                          f"{', '.join(f'`{k}`' for k in e.target)} | `{_function_name(e.fn)}` | "
-                         f"{e.mean_over or f'{e.count.__doc__} of the {e.mask.__doc__}'} | `{e.test}` |")
+                         f"{e.mean_over or f'{e.count.__doc__}: {_doc(e.mask)}'} | `{e.test}` |")
     return "\n".join(lines) + "\n"
 
 

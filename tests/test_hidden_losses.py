@@ -7,7 +7,8 @@ import tensorflow as tf
 
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses.hidden import (HiddenStateProjections, attention_inputs, hidden_state_loss,
-                                           layer_mapping, mapped_pairs, masked_mse, minilm_v2_loss, relation_kl)
+                                           layer_mapping, mapped_pairs, minilm_v2_loss, relation_kl)
+from xtremedistil_tf.losses.xtremedistil import mse as masked_mse
 
 
 def test_uniform_last_12_to_4_is_the_papers_example():

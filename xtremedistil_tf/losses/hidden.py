@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses.reduce import masked_mean
+from xtremedistil_tf.losses.xtremedistil import mse
 
 MAPPINGS = ("last-1", "last", "uniform", "uniform+last")
 RELATIONS = ("query", "key", "value")
@@ -68,15 +69,6 @@ def mapped_pairs(strategy: str, num_teacher: int, num_student: int) -> List[Tupl
             for j in layers]
 
 
-def masked_mse(prediction: tf.Tensor, target: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Mean squared error over the real tokens.
-
-    prediction, target: [B, T, D]; mask: [B, T] (1 for tokens, 0 for padding). Returns a scalar:
-    the squared error averaged over D and over the masked-in positions.
-    """
-    return masked_mean(tf.reduce_mean(tf.square(prediction - tf.cast(target, prediction.dtype)), axis=-1), mask)
-
-
 class HiddenStateProjections(tf.keras.layers.Layer):
     """The learnable W_i^j (d_S x d_T, no bias: the paper's linear projection) for each mapped pair."""
 
@@ -107,7 +99,7 @@ def hidden_state_loss(projected: Dict[Tuple[int, int], tf.Tensor], teacher_hidde
     """
     if reduction not in ("sum", "mean"):
         raise ConfigError(f"hidden-state loss reduction {reduction!r}; expected sum or mean")
-    terms = [masked_mse(pred, teacher_hidden[j], mask) for (_, j), pred in projected.items()]
+    terms = [mse(pred, teacher_hidden[j], mask) for (_, j), pred in projected.items()]
     total = tf.add_n(terms)
     return total / len(terms) if reduction == "mean" else total
 

@@ -86,10 +86,6 @@ def _pick(values, keys):
     return values[keys[0]] if len(keys) == 1 else tuple(values[k] for k in keys)
 
 
-def _token(fn, token_loss):
-    return functools.partial(fn, token_loss=token_loss)
-
-
 _XD_TESTS = "tests/test_xtremedistil_losses.py::"
 _SEQ_TESTS = "tests/test_sequence_losses.py::"
 _PROJECTION_TEST = "tests/test_shared_projection.py::test_loss_equals_the_sum_of_per_variable_mse_of_u_x_v"
@@ -109,11 +105,11 @@ ENTRIES = (
     Loss("seq_fuzzy", None, MULTI_GRAINED, "Eq. 3, 6", CRF_OUTPUT, KBEST, sequence.fuzzy_loss,
          _SEQ_TESTS + "test_fuzzy_is_binary_ce_on_the_top_k_mass", count=rows),
     *(Loss("token_em", variant, MULTI_GRAINED, equation, ("logits",), ("logits",),
-           _token(sequence.token_emission_kd, variant),
+           functools.partial(sequence.token_emission_kd, token_loss=variant),
            _SEQ_TESTS + "test_token_emission_kd_is_eq10_cross_entropy_over_real_tokens")
       for variant, equation in (("ce", "Eq. 10"), ("kl", "Eq. 10 minus the teacher's entropy"))),
     *(Loss("token_pos", variant, MULTI_GRAINED, equation, CRF_OUTPUT, ("marginals",),
-           _token(sequence.token_posterior_kd, variant),
+           functools.partial(sequence.token_posterior_kd, token_loss=variant),
            _SEQ_TESTS + "test_token_posterior_kd_uses_exact_crf_marginals")
       for variant, equation in (("ce", "Eq. 10"), ("kl", "Eq. 10 minus the teacher's entropy"))),
     Loss("hidden_states", None, KD_NAS, "Eq. 1", ("projected hidden_states",), ("hidden_states",),

@@ -7,10 +7,11 @@ and 0 elsewhere, so padding never changes a loss. Every loss is a mean over coun
 which keeps its scale independent of batch size and sentence length.
 
 - `cross_entropy`:    L_CE (Eq. 2), hard labels, from the softmax head's pre-softmax scores.
-- `logit_mse`:        L_LL (Eq. 4), squared error to the teacher's logits, mean over the tags
-                      (the authors' code compiles Keras' 'mse'; Eq. 4's 1/2 and sum only rescale).
-- `representation_mse` / `representation_kld`: L_RL (Eq. 6) between the GELU-projected student
-                      states and the teacher's layer-l hidden states.
+- `mse`:              squared error averaged over the last axis. `logit_mse`: L_LL (Eq. 4) to the
+                      teacher's logits, mean over the tags (the authors' code compiles Keras' 'mse';
+                      Eq. 4's 1/2 and sum only rescale). `representation_mse`: L_RL (Eq. 6) as MSE.
+- `representation_kld`: L_RL (Eq. 6) between the GELU-projected student states and the teacher's
+                      layer-l hidden states, as the paper writes it.
 
 Default representation loss: MSE (`DEFAULT_REPRESENTATION_LOSS`). The paper's text says KLD, but
 the authors' released code (XtremeDistil-v2 `models.compile_model`) trains stage 1 with 'mse', and
@@ -45,16 +46,14 @@ def cross_entropy(scores: tf.Tensor, label_ids: tf.Tensor, mask: tf.Tensor = Non
     return masked_mean(losses, mask)
 
 
-def logit_mse(student_logits: tf.Tensor, teacher_logits: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Logit regression: mean over counted positions of mean_c (r_c - t_c)^2; [..., N] twice, mask [...]."""
-    diff = tf.cast(student_logits, tf.float32) - tf.cast(teacher_logits, tf.float32)
+def mse(prediction: tf.Tensor, target: tf.Tensor, mask: tf.Tensor = None) -> tf.Tensor:
+    """Mean over counted positions of mean_d (p_d - t_d)^2: [..., D] twice, mask [...] -> scalar. Logit
+    regression (r^s vs the teacher's logits), representation MSE (projected student vs teacher hidden)."""
+    diff = tf.cast(prediction, tf.float32) - tf.cast(target, tf.float32)
     return masked_mean(tf.reduce_mean(tf.square(diff), axis=-1), mask)
 
 
-def representation_mse(student: tf.Tensor, teacher: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Representation MSE: projected student [..., H] vs teacher hidden [..., H], mean over dims."""
-    diff = tf.cast(student, tf.float32) - tf.cast(teacher, tf.float32)
-    return masked_mean(tf.reduce_mean(tf.square(diff), axis=-1), mask)
+logit_mse = representation_mse = mse
 
 
 def representation_kld(student: tf.Tensor, teacher: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:

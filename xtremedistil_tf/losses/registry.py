@@ -138,7 +138,7 @@ def names(paper: str) -> Tuple[str, ...]:
 
 
 def variants(name: str) -> Tuple[str, ...]:
-    """The variants of loss `name`, the default first ((),  for a loss without variants)."""
+    """The variants of loss `name`, the default first (empty for a loss without variants)."""
     return tuple(entry.variant for entry in ENTRIES if entry.name == name and entry.variant)
 
 

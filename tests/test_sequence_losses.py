@@ -55,8 +55,14 @@ def case():
                 valid=valid, student=student, p_s=p_s)
 
 
+def _mask(lengths, steps=T):
+    """[B, steps] float32: 1 for the first `lengths[b]` positions of row b."""
+    return tf.sequence_mask(lengths, steps, dtype=tf.float32)
+
+
 def _args(c):
-    return (tf.constant(c["s_pots"]), LENGTHS, tf.constant(c["s_trans"]), c["tags"], c["probs"], c["valid"])
+    """(prediction, target, mask) of the sequence losses."""
+    return ((tf.constant(c["s_pots"]), tf.constant(c["s_trans"])), (c["tags"], c["probs"], c["valid"]), _mask(LENGTHS))
 
 
 def test_student_log_probs_of_kbest_paths(case):
@@ -95,16 +101,16 @@ def test_kbest_with_every_path_is_the_full_cross_entropy():
     for b, n in enumerate(lengths):
         teacher, student = _enumerate(t_pots[b], trans, n), _enumerate(s_pots[b], trans, n)
         expected += -sum(q * np.log(student[p]) for p, q in teacher.items()) / 2
-    got = seq.kbest_seq_ce(s_pots, lengths, trans, tags, probs, valid).numpy()
+    args = ((s_pots, trans), (tags, probs, valid), _mask(lengths, 3))
+    got = seq.kbest_seq_ce(*args).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-4)
-    np.testing.assert_allclose(seq.fuzzy_loss(s_pots, lengths, trans, tags, probs, valid).numpy(), 0.0,
-                               atol=1e-5)
+    np.testing.assert_allclose(seq.fuzzy_loss(*args).numpy(), 0.0, atol=1e-5)
 
 
 def test_hard_loss_is_gold_nll(case):
     gold = np.array([[0, 1, 1, 2], [2, 0, 0, 0], [1, 0, 1, 0], [2, 2, 0, 0]], np.int32)
     expected = -np.mean([np.log(case["student"][b][tuple(gold[b, :n])]) for b, n in enumerate(LENGTHS)])
-    got = seq.hard_loss(case["s_pots"], gold, LENGTHS, case["s_trans"]).numpy()
+    got = seq.hard_loss((case["s_pots"], case["s_trans"]), gold, _mask(LENGTHS)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 
@@ -125,9 +131,10 @@ def test_token_posterior_kd_uses_exact_crf_marginals(case):
     with np.errstate(divide="ignore", invalid="ignore"):
         ce = -np.where(q_t > 0, q_t * np.log(q_s), 0.0).sum(-1)
         entropy = -np.where(q_t > 0, q_t * np.log(q_t), 0.0).sum(-1)
-    got = seq.token_posterior_kd(case["s_pots"], case["s_trans"], q_t.astype(np.float32), LENGTHS).numpy()
+    student = (case["s_pots"], case["s_trans"])
+    got = seq.token_posterior_kd(student, q_t.astype(np.float32), _mask(LENGTHS)).numpy()
     np.testing.assert_allclose(got, ce[real].mean(), rtol=1e-4)
-    kl = seq.token_posterior_kd(case["s_pots"], case["s_trans"], q_t.astype(np.float32), LENGTHS, token_loss="kl")
+    kl = seq.token_posterior_kd(student, q_t.astype(np.float32), _mask(LENGTHS), token_loss="kl")
     np.testing.assert_allclose(kl.numpy(), (ce - entropy)[real].mean(), rtol=1e-4)
     assert entropy[real].mean() > 0.3   # a flat teacher: CE and KL are far apart
     # The student's marginals are not its softmaxed emissions: transitions matter.
@@ -136,8 +143,7 @@ def test_token_posterior_kd_uses_exact_crf_marginals(case):
     # A student that matches the teacher: KL 0, CE the teacher's entropy (Eq. 10's value).
     for token_loss, expected in (("kl", 0.0), ("ce", -np.where(q_s > 0, q_s * np.log(np.maximum(q_s, 1e-300)),
                                                                   0.0).sum(-1)[real].mean())):
-        same = seq.token_posterior_kd(case["s_pots"], case["s_trans"], q_s.astype(np.float32), LENGTHS,
-                                      token_loss=token_loss).numpy()
+        same = seq.token_posterior_kd(student, q_s.astype(np.float32), _mask(LENGTHS), token_loss=token_loss).numpy()
         assert same == pytest.approx(expected, abs=1e-5)
 
 
@@ -145,7 +151,7 @@ def test_token_posterior_kd_gradient_reaches_transitions(case):
     trans = tf.Variable(case["s_trans"])
     q_t = _brute_marginals(case["t_pots"], case["t_trans"]).astype(np.float32)
     with tf.GradientTape() as tape:
-        loss = seq.token_posterior_kd(case["s_pots"], trans, q_t, LENGTHS)
+        loss = seq.token_posterior_kd((case["s_pots"], trans), q_t, _mask(LENGTHS))
     grad = tape.gradient(loss, trans).numpy()
     assert np.all(np.isfinite(grad)) and np.abs(grad).max() > 1e-3
 
@@ -205,7 +211,7 @@ def test_residual_term_is_finite_when_student_puts_all_mass_on_the_k_paths():
     pots = tf.Variable(pots)
     for loss_fn in (seq.kbest_seq_ce, seq.fuzzy_loss):
         with tf.GradientTape() as tape:
-            loss = loss_fn(pots, [2], trans, tags, probs, valid)
+            loss = loss_fn((pots, trans), (tags, probs, valid), np.ones((1, 2), np.float32))
         grad = tape.gradient(loss, pots).numpy()
         assert np.isfinite(loss.numpy()) and np.all(np.isfinite(grad))
         # -(0.4) * log(1e-6) from the clamp: large, not inf.
@@ -215,19 +221,21 @@ def test_residual_term_is_finite_when_student_puts_all_mass_on_the_k_paths():
 def test_losses_run_in_graph_mode_with_unknown_shapes(case):
     f32, i32, b = tf.float32, tf.int32, tf.bool
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None, N], f32), tf.TensorSpec([None], i32),
+    @tf.function(input_signature=[tf.TensorSpec([None, None, N], f32), tf.TensorSpec([None, None], f32),
                                   tf.TensorSpec([N, N], f32), tf.TensorSpec([None, None, None], i32),
                                   tf.TensorSpec([None, None], f32), tf.TensorSpec([None, None], b)])
-    def all_losses(pots, lengths, trans, tags, probs, valid):
-        return tf.stack([seq.kbest_seq_ce(pots, lengths, trans, tags, probs, valid),
-                         seq.fuzzy_loss(pots, lengths, trans, tags, probs, valid),
-                         seq.hard_loss(pots, tags[:, 0], lengths, trans)])
+    def all_losses(pots, mask, trans, tags, probs, valid):
+        prediction, target = (pots, trans), (tags, probs, valid)
+        return tf.stack([seq.kbest_seq_ce(prediction, target, mask), seq.fuzzy_loss(prediction, target, mask),
+                         seq.hard_loss(prediction, tags[:, 0], mask)])
 
-    graph = all_losses(*_args(case)).numpy()
+    graph = all_losses(case["s_pots"], _mask(LENGTHS), case["s_trans"], case["tags"], case["probs"],
+                       case["valid"]).numpy()
+    prediction, _, mask = _args(case)
     eager = [seq.kbest_seq_ce(*_args(case)), seq.fuzzy_loss(*_args(case)),
-             seq.hard_loss(case["s_pots"], case["tags"][:, 0], LENGTHS, case["s_trans"])]
+             seq.hard_loss(prediction, case["tags"][:, 0], mask)]
     np.testing.assert_allclose(graph, [e.numpy() for e in eager], rtol=1e-5)
     # T = 2: the CRF ops' tf.scan cannot stack an empty time loop when B is unknown and T <= 1.
-    empty = all_losses(np.zeros((0, 2, N), np.float32), np.zeros([0], np.int32), case["s_trans"],
+    empty = all_losses(np.zeros((0, 2, N), np.float32), np.zeros([0, 2], np.float32), case["s_trans"],
                        np.zeros((0, K, 2), np.int32), np.zeros((0, K), np.float32), np.zeros((0, K), bool))
     np.testing.assert_array_equal(empty.numpy(), 0.0)

@@ -3,8 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xtremedistil_tf.losses import (cross_entropy, label_mask, logit_mse, representation_kld,
-                                    representation_loss, representation_mse)
+from xtremedistil_tf.losses import cross_entropy, label_mask, logit_mse, registry, representation_kld, representation_mse
 
 PAD = 8
 
@@ -43,12 +42,12 @@ def test_cross_entropy_matches_numpy_and_skips_pad_labels(batch):
     logp = _log_softmax(batch["scores"].astype(np.float64))
     picked = np.take_along_axis(logp, np.minimum(batch["labels"], 8)[..., None], -1)[..., 0]
     expected = -picked[expected_mask].mean()
-    got = cross_entropy(batch["labels"], batch["scores"], mask).numpy()
+    got = cross_entropy(batch["scores"], batch["labels"], mask).numpy()
     assert got == pytest.approx(expected, rel=1e-5)
     # Scores at padded or unlabeled positions do not matter.
     scores = batch["scores"].copy()
     scores[~expected_mask] = 50.0
-    assert cross_entropy(batch["labels"], scores, mask).numpy() == pytest.approx(got, rel=1e-6)
+    assert cross_entropy(scores, batch["labels"], mask).numpy() == pytest.approx(got, rel=1e-6)
 
 
 def test_logit_mse_matches_numpy_and_ignores_padding(batch):
@@ -67,7 +66,8 @@ def test_representation_mse_matches_numpy(batch):
     expected = ((batch["student_hidden"] - batch["teacher_hidden"]) ** 2).mean(-1)[real].mean()
     got = representation_mse(batch["student_hidden"], batch["teacher_hidden"], batch["attention"]).numpy()
     assert got == pytest.approx(expected, rel=1e-5)
-    assert representation_loss("mse") is representation_mse
+    assert registry.get("representation", "mse").fn is representation_mse
+    assert registry.get("representation", "kld").fn is representation_kld
 
 
 def test_representation_kld_is_kl_teacher_to_student_over_hidden_dim(batch):
@@ -92,7 +92,7 @@ def test_sentence_level_shapes_and_empty_mask():
     assert representation_mse(student, teacher, np.array([1, 1, 0, 0])).numpy() == pytest.approx(1.0)
     assert logit_mse(student, teacher, np.zeros(4)).numpy() == 0.0
     with pytest.raises(ValueError, match="kld"):
-        representation_loss("cosine")
+        registry.get("representation", "cosine")
 
 
 def test_losses_are_differentiable_through_tf_function(batch):
@@ -101,7 +101,7 @@ def test_losses_are_differentiable_through_tf_function(batch):
     @tf.function
     def step():
         with tf.GradientTape() as tape:
-            loss = cross_entropy(batch["labels"], scores,
+            loss = cross_entropy(scores, batch["labels"],
                                  label_mask(batch["labels"], batch["attention"], PAD))
         return tape.gradient(loss, scores)
 

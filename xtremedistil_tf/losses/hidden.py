@@ -17,6 +17,8 @@ from typing import Dict, List, Sequence, Tuple
 import tensorflow as tf
 
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.losses.reduce import masked_mean
+from xtremedistil_tf.losses.xtremedistil import mse
 
 MAPPINGS = ("last-1", "last", "uniform", "uniform+last")
 RELATIONS = ("query", "key", "value")
@@ -67,17 +69,6 @@ def mapped_pairs(strategy: str, num_teacher: int, num_student: int) -> List[Tupl
             for j in layers]
 
 
-def masked_mse(prediction: tf.Tensor, target: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Mean squared error over the real tokens.
-
-    prediction, target: [B, T, D]; mask: [B, T] (1 for tokens, 0 for padding). Returns a scalar:
-    the squared error averaged over D and over the masked-in positions.
-    """
-    mask = tf.cast(mask, prediction.dtype)
-    per_token = tf.reduce_mean(tf.square(prediction - tf.cast(target, prediction.dtype)), axis=-1)
-    return tf.reduce_sum(per_token * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
-
-
 class HiddenStateProjections(tf.keras.layers.Layer):
     """The learnable W_i^j (d_S x d_T, no bias: the paper's linear projection) for each mapped pair."""
 
@@ -108,7 +99,7 @@ def hidden_state_loss(projected: Dict[Tuple[int, int], tf.Tensor], teacher_hidde
     """
     if reduction not in ("sum", "mean"):
         raise ConfigError(f"hidden-state loss reduction {reduction!r}; expected sum or mean")
-    terms = [masked_mse(pred, teacher_hidden[j], mask) for (_, j), pred in projected.items()]
+    terms = [mse(pred, teacher_hidden[j], mask) for (_, j), pred in projected.items()]
     total = tf.add_n(terms)
     return total / len(terms) if reduction == "mean" else total
 
@@ -142,14 +133,14 @@ def relation_logits(vectors: tf.Tensor, num_heads: int) -> tf.Tensor:
     return tf.matmul(heads, heads, transpose_b=True) / math.sqrt(head_dim)
 
 
-def relation_kl(teacher_vectors: tf.Tensor, student_vectors: tf.Tensor, mask: tf.Tensor,
+def relation_kl(student_vectors: tf.Tensor, teacher_vectors: tf.Tensor, mask: tf.Tensor,
                 num_heads: int) -> tf.Tensor:
     """KL(R^T || R^S) of one relation (Q-Q, K-K or V-V), averaged over heads and real query tokens.
 
     Paper Eq. 6 writes the cross entropy CE(R^T, R^S); KL = CE - H(R^T) has the same gradient for
     the student and is 0 when the student reproduces the teacher's relations, which makes the
     value comparable across teachers. Padding keys get no probability mass; padding queries are
-    not counted. teacher_vectors [B, T, d_T], student_vectors [B, T, d_S], mask [B, T]. Scalar.
+    not counted. student_vectors [B, T, d_S], teacher_vectors [B, T, d_T], mask [B, T]. Scalar.
     """
     mask = tf.cast(mask, tf.float32)
     key_bias = (1.0 - mask)[:, None, None, :] * -1e9
@@ -157,18 +148,17 @@ def relation_kl(teacher_vectors: tf.Tensor, student_vectors: tf.Tensor, mask: tf
     s_logp = tf.nn.log_softmax(relation_logits(tf.cast(student_vectors, tf.float32), num_heads) + key_bias)
     key_mask = mask[:, None, None, :]
     kl = tf.reduce_sum(tf.exp(t_logp) * (t_logp - s_logp) * key_mask, axis=-1)  # [B, H, T]
-    query_mask = mask[:, None, :]
-    return tf.reduce_sum(kl * query_mask) / tf.maximum(tf.reduce_sum(query_mask) * num_heads, 1.0)
+    return masked_mean(kl, mask[:, None, :])
 
 
-def minilm_v2_loss(teacher_qkv: Dict[str, tf.Tensor], student_qkv: Dict[str, tf.Tensor], mask: tf.Tensor,
+def minilm_v2_loss(student_qkv: Dict[str, tf.Tensor], teacher_qkv: Dict[str, tf.Tensor], mask: tf.Tensor,
                    num_heads: int = 48, relations: Sequence[str] = RELATIONS) -> tf.Tensor:
     """L_MiniLM (paper Eq. 6 with alpha = beta): the sum over Q-Q, K-K, V-V of relation_kl.
 
-    teacher_qkv / student_qkv: attention_inputs() of the chosen teacher and student layers.
+    student_qkv / teacher_qkv: attention_inputs() of the chosen student and teacher layers.
     num_heads relation heads (paper: 48) must divide both hidden sizes.
     """
-    return tf.add_n([relation_kl(teacher_qkv[r], student_qkv[r], mask, num_heads) for r in relations])
+    return tf.add_n([relation_kl(student_qkv[r], teacher_qkv[r], mask, num_heads) for r in relations])
 
 
 def default_relation_layer(num_teacher: int) -> int:

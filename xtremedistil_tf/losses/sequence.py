@@ -1,13 +1,14 @@
 """Sequence-level and token-level distillation losses for a CRF student (multi-grained KD,
 Zhou et al., NAACL 2021), as plain tensor functions.
 
-Shapes: B batch, T time, N tags, K k-best slots. `student_potentials` [B, T, N] are the
-student's unary CRF scores (boundary constraints already applied, as `CRF.call` returns them),
-`transitions` [N, N] its transition matrix (forbidden moves at -1e4), `lengths` [B] the real
-length of each left-aligned sequence. Teacher surrogates come from the cache
-(`teachers/surrogates.py`): `kbest_tags` [B, K, T], `teacher_probs` [B, K] and `valid` [B, K].
+Every loss is called `loss(prediction, target, mask)` (losses/registry.py): `prediction` is the
+student's (potentials [B, T, N], transitions [N, N]) pair (its unary CRF scores with the boundary
+constraints applied, as `CRF.call` returns them, and its transition matrix with forbidden moves at
+-1e4), or its emissions [B, T, N] for `token_emission_kd`; `mask` [B, T] marks the real tokens of the
+counted rows (each row's length is its sum: rows are left-aligned). Teacher surrogates come from the
+cache (`teachers/surrogates.py`): `kbest_tags` [B, K, T], `kbest_probs` [B, K] and `kbest_valid` [B, K].
 
-Every loss is a scalar mean over the batch (sequence losses) or over real tokens (token
+Every loss is a scalar mean over the counted rows (sequence losses) or over real tokens (token
 losses), float32, finite for any finite inputs, and runs inside `tf.function` with unknown B, T.
 
 - `hard_loss`:          L_hard (Eq. 7), -log P_s(y_hard).
@@ -32,6 +33,7 @@ import tensorflow as tf
 
 from xtremedistil_tf.crf import ops
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.losses.reduce import masked_mean, row_mask
 
 # p^s_sum is clipped to at most 1 - RESIDUAL_EPS before log(1 - p^s_sum): the student may put
 # (numerically) all its mass on the k paths, and the gradient of log(1 - p) blows up as p -> 1.
@@ -45,14 +47,23 @@ TOKEN_LOSSES = ("ce", "kl")
 DEFAULT_TOKEN_LOSS = "ce"
 
 
-def _batch_mean(values):
-    """Mean of [B] per-example losses; 0 for an empty batch."""
-    return tf.math.divide_no_nan(tf.reduce_sum(values), tf.cast(tf.size(values), tf.float32))
+def _crf(prediction, mask):
+    """(potentials, transitions, lengths [B] int32) of a CRF prediction over `mask` [B, T]."""
+    potentials, transitions = prediction
+    return potentials, transitions, tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
 
 
-def _masked_token_mean(values, mask):
-    """Mean of values [B, T] over mask [B, T] (float); 0 when nothing is masked in."""
-    return tf.math.divide_no_nan(tf.reduce_sum(values * mask), tf.reduce_sum(mask))
+def labeled_rows(label_ids, attention_mask, pad_id: int):
+    """[B] bool: rows whose real positions all carry a tag other than [PAD]."""
+    real = tf.cast(attention_mask, tf.bool)
+    return tf.reduce_all(tf.not_equal(label_ids, pad_id) | ~real, axis=1)
+
+
+def hard_targets(label_ids, attention_mask, kbest_tags, pad_id: int):
+    """[B, T] tags for L_hard: the gold `label_ids` of labeled rows, the teacher's top-1 path
+    `kbest_tags[:, 0]` of unlabeled rows (those with [PAD] tags inside their length)."""
+    labeled = labeled_rows(label_ids, attention_mask, pad_id)
+    return tf.where(labeled[:, None], tf.cast(label_ids, tf.int32), tf.cast(kbest_tags[:, 0], tf.int32))
 
 
 def check_token_loss(name: str) -> str:
@@ -68,13 +79,15 @@ def _token_loss(p_teacher, log_p_student, mask, token_loss: str):
     per_token = -tf.reduce_sum(p_teacher * log_p_student, axis=-1)
     if check_token_loss(token_loss) == "kl":
         per_token += tf.reduce_sum(tf.math.xlogy(p_teacher, p_teacher), axis=-1)
-    return _masked_token_mean(per_token, tf.cast(mask, tf.float32))
+    return masked_mean(per_token, mask)
 
 
-def hard_loss(student_potentials, tags, lengths, transitions):
+def hard_loss(prediction, tags, mask):
     """L_hard (Eq. 7): mean CRF NLL of `tags` [B, T] (the gold sequence for labeled data, the
-    teacher's top-1 path, `kbest_tags[:, 0]`, for unlabeled data). Returns a scalar."""
-    return ops.crf_nll_loss(student_potentials, tags, lengths, transitions)
+    teacher's top-1 path, `kbest_tags[:, 0]`, for unlabeled data) over the rows with a counted
+    position. Returns a scalar."""
+    potentials, transitions, lengths = _crf(prediction, mask)
+    return masked_mean(-ops.crf_log_likelihood(potentials, tags, lengths, transitions), row_mask(mask))
 
 
 def kbest_student_log_probs(student_potentials, lengths, transitions, kbest_tags):
@@ -97,12 +110,6 @@ def kbest_student_log_probs(student_potentials, lengths, transitions, kbest_tags
     return tf.reshape(scores, [batch, num_paths]) - log_z[:, None]
 
 
-def _teacher_mass(teacher_probs, valid):
-    """(probs [B, K] with invalid slots zeroed, p^t_sum [B] clipped to [0, 1])."""
-    probs = tf.where(tf.cast(valid, tf.bool), tf.cast(teacher_probs, tf.float32), 0.0)
-    return probs, tf.clip_by_value(tf.reduce_sum(probs, axis=1), 0.0, 1.0)
-
-
 def _student_log_mass(log_probs, valid):
     """log p^s_sum [B]: log-sum-exp of the valid slots' log-probs (-1e30 if none is valid)."""
     masked = tf.where(tf.cast(valid, tf.bool), log_probs, -1e30)
@@ -120,8 +127,18 @@ def _log1m_exp(log_p):
                     tf.math.log1p(-tf.exp(log_p)))
 
 
-def kbest_seq_ce(student_potentials, lengths, transitions, kbest_tags, teacher_probs, valid):
-    """L_Seq-ce (Eq. 4-5), mean over the batch:
+def _kbest(prediction, target, mask):
+    """(log p^s_k [B, K], p^t_k [B, K] with invalid slots zeroed, p^t_sum [B], valid [B, K] bool)."""
+    potentials, transitions, lengths = _crf(prediction, mask)
+    kbest_tags, teacher_probs, valid = target
+    valid = tf.cast(valid, tf.bool)
+    probs = tf.where(valid, tf.cast(teacher_probs, tf.float32), 0.0)
+    mass = tf.clip_by_value(tf.reduce_sum(probs, axis=1), 0.0, 1.0)
+    return kbest_student_log_probs(potentials, lengths, transitions, kbest_tags), probs, mass, valid
+
+
+def kbest_seq_ce(prediction, target, mask):
+    """L_Seq-ce (Eq. 4-5), mean over the rows:
 
         -sum_k p^t_k log p^s_k - (1 - p^t_sum) log(1 - p^s_sum)
 
@@ -129,18 +146,17 @@ def kbest_seq_ce(student_potentials, lengths, transitions, kbest_tags, teacher_p
     p_sum the sums over the valid slots. The second term keeps the mass of the paths outside
     the top K, which the paper shows is far from negligible (its Fig. 1b).
 
-    student_potentials [B, T, N], lengths [B], transitions [N, N], kbest_tags [B, K, T] int,
-    teacher_probs [B, K], valid [B, K] bool. Returns a scalar.
+    prediction (potentials [B, T, N], transitions [N, N]), target (kbest_tags [B, K, T] int,
+    kbest_probs [B, K], kbest_valid [B, K] bool), mask [B, T]. Returns a scalar.
     """
-    log_probs = kbest_student_log_probs(student_potentials, lengths, transitions, kbest_tags)
-    probs_t, mass_t = _teacher_mass(teacher_probs, valid)
-    fine = -tf.reduce_sum(probs_t * tf.where(tf.cast(valid, tf.bool), log_probs, 0.0), axis=1)
+    log_probs, probs_t, mass_t, valid = _kbest(prediction, target, mask)
+    fine = -tf.reduce_sum(probs_t * tf.where(valid, log_probs, 0.0), axis=1)
     residual = -(1.0 - mass_t) * _log1m_exp(_student_log_mass(log_probs, valid))
-    return _batch_mean(fine + residual)
+    return masked_mean(fine + residual, row_mask(mask))
 
 
-def fuzzy_loss(student_potentials, lengths, transitions, kbest_tags, teacher_probs, valid):
-    """L_Seq-fuzzy (Eq. 6), mean over the batch:
+def fuzzy_loss(prediction, target, mask):
+    """L_Seq-fuzzy (Eq. 6), mean over the rows:
 
         -p^t_sum log p^s_sum - (1 - p^t_sum) log(1 - p^s_sum)
 
@@ -148,35 +164,33 @@ def fuzzy_loss(student_potentials, lengths, transitions, kbest_tags, teacher_pro
     {y_1..y_K}: the paths themselves, not the product set of their per-position tags that
     `crf_multitag_sequence_score` would score. Arguments as in `kbest_seq_ce`.
     """
-    log_probs = kbest_student_log_probs(student_potentials, lengths, transitions, kbest_tags)
-    _, mass_t = _teacher_mass(teacher_probs, valid)
+    log_probs, _, mass_t, valid = _kbest(prediction, target, mask)
     log_mass_s = _student_log_mass(log_probs, valid)
-    return _batch_mean(-mass_t * log_mass_s - (1.0 - mass_t) * _log1m_exp(log_mass_s))
+    return masked_mean(-mass_t * log_mass_s - (1.0 - mass_t) * _log1m_exp(log_mass_s), row_mask(mask))
 
 
-def token_emission_kd(student_emissions, teacher_emissions, mask, temperature=1.0, token_loss=DEFAULT_TOKEN_LOSS):
+def token_emission_kd(prediction, target, mask, temperature=1.0, token_loss=DEFAULT_TOKEN_LOSS):
     """L_Token-em (Eq. 10): CE(softmax(t / tau), softmax(s / tau)) per token, masked mean
     ("kl": KL(softmax(t / tau) || softmax(s / tau)), 0 at a perfect match).
 
-    student_emissions, teacher_emissions [B, T, N] (per-position logits, no transitions);
-    mask [B, T] (1 for the tokens that count). Not scaled by tau^2.
+    prediction, target: the student's and the teacher's emissions [B, T, N] (per-position logits, no
+    transitions); mask [B, T] (1 for the tokens that count). Not scaled by tau^2.
     """
-    student = tf.cast(student_emissions, tf.float32) / temperature
-    teacher = tf.cast(teacher_emissions, tf.float32) / temperature
+    student = tf.cast(prediction, tf.float32) / temperature
+    teacher = tf.cast(target, tf.float32) / temperature
     return _token_loss(tf.nn.softmax(teacher, axis=-1), tf.nn.log_softmax(student, axis=-1), mask, token_loss)
 
 
-def token_posterior_kd(student_potentials, student_transitions, teacher_marginals, lengths,
-                       token_loss=DEFAULT_TOKEN_LOSS):
+def token_posterior_kd(prediction, target, mask, token_loss=DEFAULT_TOKEN_LOSS):
     """L_Token-pos (Eq. 10 with CRF posteriors): CE(q_t, q_s) per real token ("kl": KL(q_t || q_s)),
     mean over tokens.
 
-    q_s = crf_marginals(student_potentials, lengths, student_transitions) [B, T, N] (forward-
-    backward, so the student's transitions get gradient too); teacher_marginals [B, T, N] are
-    the teacher's (cached by `teachers/surrogates.py`). Positions at or past a length count not.
+    q_s = crf_marginals of the student's (potentials, transitions) `prediction` [B, T, N] (forward-
+    backward, so the student's transitions get gradient too); `target`: the teacher's marginals
+    [B, T, N] (cached by `teachers/surrogates.py`). Positions at or past a row's length count not.
     """
-    lengths = tf.cast(lengths, tf.int32)
-    q_student = ops.crf_marginals(student_potentials, lengths, student_transitions)
+    potentials, transitions, lengths = _crf(prediction, mask)
+    q_student = ops.crf_marginals(potentials, lengths, transitions)
     log_q_student = tf.math.log(tf.maximum(q_student, _MARGINAL_FLOOR))
     mask = tf.sequence_mask(lengths, tf.shape(q_student)[1], dtype=tf.float32)
-    return _token_loss(tf.cast(teacher_marginals, tf.float32), log_q_student, mask, token_loss)
+    return _token_loss(tf.cast(target, tf.float32), log_q_student, mask, token_loss)

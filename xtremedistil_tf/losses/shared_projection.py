@@ -20,6 +20,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from xtremedistil_tf.losses.reduce import masked_mean
+
 DIRECTIONS = ("down", "up")
 
 _LAYER = re.compile(r"layer_\._(\d+)/")
@@ -57,6 +59,11 @@ def pair_variables(student_vars: Sequence[tf.Variable], teacher_vars: Sequence[t
     if not pairs:
         raise ValueError("no student variable has a teacher counterpart (are both BERT models?)")
     return pairs
+
+
+def variable_mse(prediction: tf.Tensor, target: tf.Tensor, mask: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """MSE of a projected variable against its counterpart: the mean over the elements `mask` counts (all)."""
+    return masked_mean(tf.square(tf.convert_to_tensor(target) - prediction), mask)
 
 
 def _glorot(rows: int, cols: int, seed: int) -> tf.Variable:
@@ -111,5 +118,5 @@ class SharedProjections(tf.Module):
         total = tf.constant(0.0)
         for s, t in self.pairs:
             target = s if self.direction == "down" else t
-            total += tf.reduce_mean(tf.square(tf.convert_to_tensor(target) - self.project(s, t)))
+            total += variable_mse(self.project(s, t), target)
         return total

@@ -1,4 +1,5 @@
-"""XtremeDistil's three losses as plain tensor functions, each a masked mean over positions.
+"""XtremeDistil's three losses as plain tensor functions `loss(prediction, target, mask)`, each a
+masked mean over positions (losses/registry.py lists them with their equations).
 
 Shapes: leading dims `[...]` are [B, T] for token tagging and [B] for sentence classification;
 `mask [...]` is 1 where a position counts (real tokens: attention_mask; for CE also label != PAD)
@@ -6,10 +7,11 @@ and 0 elsewhere, so padding never changes a loss. Every loss is a mean over coun
 which keeps its scale independent of batch size and sentence length.
 
 - `cross_entropy`:    L_CE (Eq. 2), hard labels, from the softmax head's pre-softmax scores.
-- `logit_mse`:        L_LL (Eq. 4), squared error to the teacher's logits, mean over the tags
-                      (the authors' code compiles Keras' 'mse'; Eq. 4's 1/2 and sum only rescale).
-- `representation_mse` / `representation_kld`: L_RL (Eq. 6) between the GELU-projected student
-                      states and the teacher's layer-l hidden states.
+- `mse`:              squared error averaged over the last axis. `logit_mse`: L_LL (Eq. 4) to the
+                      teacher's logits, mean over the tags (the authors' code compiles Keras' 'mse';
+                      Eq. 4's 1/2 and sum only rescale). `representation_mse`: L_RL (Eq. 6) as MSE.
+- `representation_kld`: L_RL (Eq. 6) between the GELU-projected student states and the teacher's
+                      layer-l hidden states, as the paper writes it.
 
 Default representation loss: MSE (`DEFAULT_REPRESENTATION_LOSS`). The paper's text says KLD, but
 the authors' released code (XtremeDistil-v2 `models.compile_model`) trains stage 1 with 'mse', and
@@ -21,21 +23,15 @@ and its scale, which is what the later stages read through the projection. KLD i
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import tensorflow as tf
+
+from xtremedistil_tf.losses.reduce import masked_mean
 
 DEFAULT_REPRESENTATION_LOSS = "mse"
 
 # The teacher-output cache's per-piece mask of the positions a teacher's logits were trained on
 # (present when the teacher learned each word's first piece only: teachers/outputs.py).
 TEACHER_MASK = "teacher_mask"
-
-
-def masked_mean(values: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Mean of `values [...]` over positions where `mask [...]` is non-zero; 0 when none is."""
-    mask = tf.cast(mask, values.dtype)
-    return tf.reduce_sum(values * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
 
 
 def label_mask(label_ids: tf.Tensor, attention_mask: tf.Tensor, pad_id: int) -> tf.Tensor:
@@ -51,8 +47,9 @@ def teacher_mask(batch, attention_mask: tf.Tensor) -> tf.Tensor:
     return mask * tf.cast(batch[TEACHER_MASK], tf.float32) if TEACHER_MASK in batch else mask
 
 
-def cross_entropy(label_ids: tf.Tensor, scores: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Hard-label CE: label_ids [...] int, scores [..., N] pre-softmax (W^s h), mask [...] -> scalar."""
+def cross_entropy(scores: tf.Tensor, label_ids: tf.Tensor, mask: tf.Tensor = None) -> tf.Tensor:
+    """Hard-label CE: scores [..., N] pre-softmax (W^s h), label_ids [...] int, mask [...] (None: every
+    position) -> scalar."""
     scores = tf.cast(scores, tf.float32)
     # Masked positions may hold ids outside [0, N) (e.g. -1 padding); clip so the op stays valid.
     safe = tf.clip_by_value(tf.cast(label_ids, tf.int32), 0, tf.shape(scores)[-1] - 1)
@@ -60,16 +57,14 @@ def cross_entropy(label_ids: tf.Tensor, scores: tf.Tensor, mask: tf.Tensor) -> t
     return masked_mean(losses, mask)
 
 
-def logit_mse(student_logits: tf.Tensor, teacher_logits: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Logit regression: mean over counted positions of mean_c (r_c - t_c)^2; [..., N] twice, mask [...]."""
-    diff = tf.cast(student_logits, tf.float32) - tf.cast(teacher_logits, tf.float32)
+def mse(prediction: tf.Tensor, target: tf.Tensor, mask: tf.Tensor = None) -> tf.Tensor:
+    """Mean over counted positions of mean_d (p_d - t_d)^2: [..., D] twice, mask [...] -> scalar. Logit
+    regression (r^s vs the teacher's logits), representation MSE (projected student vs teacher hidden)."""
+    diff = tf.cast(prediction, tf.float32) - tf.cast(target, tf.float32)
     return masked_mean(tf.reduce_mean(tf.square(diff), axis=-1), mask)
 
 
-def representation_mse(student: tf.Tensor, teacher: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Representation MSE: projected student [..., H] vs teacher hidden [..., H], mean over dims."""
-    diff = tf.cast(student, tf.float32) - tf.cast(teacher, tf.float32)
-    return masked_mean(tf.reduce_mean(tf.square(diff), axis=-1), mask)
+logit_mse = representation_mse = mse
 
 
 def representation_kld(student: tf.Tensor, teacher: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
@@ -80,12 +75,3 @@ def representation_kld(student: tf.Tensor, teacher: tf.Tensor, mask: tf.Tensor) 
     kl = tf.reduce_sum(tf.exp(log_t) * (log_t - log_s), axis=-1)
     return masked_mean(kl, mask)
 
-
-REPRESENTATION_LOSSES = {"mse": representation_mse, "kld": representation_kld}
-
-
-def representation_loss(name: str) -> Callable:
-    """The representation loss called `name` ('mse' or 'kld')."""
-    if name not in REPRESENTATION_LOSSES:
-        raise ValueError(f"unknown representation loss {name!r}; choose one of {sorted(REPRESENTATION_LOSSES)}")
-    return REPRESENTATION_LOSSES[name]

@@ -152,7 +152,7 @@ class Distiller:
             t_qkv = {k: tf.stop_gradient(v) for k, v in
                      attention_inputs(self.teacher, t_hidden, self.relation_layer).items()}
             s_qkv = attention_inputs(self.student, s_out.hidden_states, self.num_student)
-            out["minilm"] = minilm_v2_loss(t_qkv, s_qkv, mask, self.config.relation_heads)
+            out["minilm"] = minilm_v2_loss(s_qkv, t_qkv, mask, self.config.relation_heads)
         out["total"] = tf.add_n(list(out.values()))
         return out
 

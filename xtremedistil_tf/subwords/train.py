@@ -27,9 +27,9 @@ import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.losses.shared_projection import SharedProjections, pair_variables
+from xtremedistil_tf.losses.xtremedistil import cross_entropy
 from xtremedistil_tf.subwords.dual import DualSentence, Specials, build_batch
-from xtremedistil_tf.subwords.models import (DualTeacher, encoder_variables, gather_masked, mlm_logits,
-                                             sum_cross_entropy, word_embeddings)
+from xtremedistil_tf.subwords.models import DualTeacher, encoder_variables, gather_masked, mlm_logits, word_embeddings
 from xtremedistil_tf.teachers.finetune import warmup_adamw
 
 VARIANTS: Dict[str, tuple] = {            # name -> (dual training, projection direction)
@@ -110,8 +110,7 @@ class DualTrainer:
         """The objective's terms and their total (scalars)."""
         out = self.student.bert(input_ids=batch["s_ids"], attention_mask=batch["s_attn"], training=training)
         hidden, labels = gather_masked(out.last_hidden_state, batch["s_labels"])
-        n = tf.maximum(tf.cast(tf.size(labels), tf.float32), 1.0)
-        terms = {"student": sum_cross_entropy(labels, mlm_logits(self.student, hidden)) / n}
+        terms = {"student": cross_entropy(mlm_logits(self.student, hidden), labels)}   # registry "mlm", Eq. 3
         total = terms["student"]
         if self.teacher is not None:
             loss, count, _ = self.teacher.masked_loss(batch, word_embeddings(self.student), training=training)

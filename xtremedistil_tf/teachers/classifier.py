@@ -16,9 +16,9 @@ import tensorflow as tf
 from xtremedistil_tf.data.classification import ClassVocab, TextArrays, encode_texts, predict_by_length_texts
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.evaluate import class_scores, score_by_language
+from xtremedistil_tf.losses.xtremedistil import cross_entropy
 from xtremedistil_tf.teachers.cache import write_sharded
-from xtremedistil_tf.teachers.finetune import (FinetuneConfig, FinetuneResult, arrays_dataset,
-                                               masked_token_cross_entropy, train_with_early_stopping)
+from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult, arrays_dataset, train_with_early_stopping
 from xtremedistil_tf.teachers.model import TokenTeacher, build_teacher
 from xtremedistil_tf.teachers.outputs import teacher_outputs_fn
 
@@ -42,8 +42,7 @@ class SequenceTeacher(TokenTeacher):
     def loss(self, batch, training=False):
         """Mean cross-entropy over labeled texts (label_ids [B]; NO_LABEL rows do not count)."""
         weights = tf.cast(tf.not_equal(batch["label_ids"], self.tag_vocab.pad_id), tf.float32)
-        labels = tf.maximum(batch["label_ids"], 0)
-        return masked_token_cross_entropy(labels, self(batch, training=training), weights)
+        return cross_entropy(self(batch, training=training), batch["label_ids"], weights)
 
     @staticmethod
     def vocab_of(labels: Sequence[str]) -> ClassVocab:

@@ -34,6 +34,8 @@ from xtremedistil_tf.crf.ops import allowed_transitions
 from xtremedistil_tf.data.alignment import CLS_TAG, SEP_TAG, TagVocab
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
+from xtremedistil_tf.losses.reduce import masked_mean
+from xtremedistil_tf.losses.sequence import labeled_rows
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, recipe_for
 from xtremedistil_tf.teachers.model import TokenTeacher, load_encoder, load_tokenizer
 from xtremedistil_tf.teachers.surrogates import make_surrogate_fn
@@ -110,12 +112,9 @@ class CRFTokenTeacher(TokenTeacher):
     def nll(self, batch, training=False):
         """Mean CRF NLL of label_ids over the labeled windows of `batch` (input_ids,
         attention_mask, label_ids [B, T]); unlabeled windows (PAD tags inside the length) are skipped."""
-        mask = tf.cast(batch["attention_mask"], tf.bool)
-        lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-        labeled = tf.reduce_all(tf.not_equal(batch["label_ids"], self.tag_vocab.pad_id) | ~mask, axis=1)
+        lengths = tf.reduce_sum(tf.cast(batch["attention_mask"], tf.int32), axis=1)
         nll = -self.crf.log_likelihood(self.potentials(batch, training), batch["label_ids"], lengths)
-        labeled = tf.cast(labeled, tf.float32)
-        return tf.math.divide_no_nan(tf.reduce_sum(nll * labeled), tf.reduce_sum(labeled))
+        return masked_mean(nll, labeled_rows(batch["label_ids"], batch["attention_mask"], self.tag_vocab.pad_id))
 
     def predict_tags_fn(self):
         """Viterbi tags [B, T] int32 as one compiled function for any batch size and length."""

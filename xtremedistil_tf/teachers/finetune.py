@@ -18,6 +18,8 @@ from xtremedistil_tf.data.alignment import Windows, encode, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import score_by_language
+from xtremedistil_tf.losses.sequence import labeled_rows
+from xtremedistil_tf.losses.xtremedistil import label_mask
 from xtremedistil_tf.training.distribute import scope_of, shard_by_data
 from xtremedistil_tf.training.precision import all_finite, needs_loss_scaling
 from xtremedistil_tf.training.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
@@ -132,19 +134,6 @@ def arrays_dataset(data: Dict[str, np.ndarray], batch_size: int, shuffle: bool, 
     return ds.batch(batch_size).map(trim_to_longest).prefetch(tf.data.AUTOTUNE)
 
 
-def masked_token_cross_entropy(label_ids, logits, weights) -> tf.Tensor:
-    """Mean cross-entropy over the positions whose weight is non-zero."""
-    losses = tf.keras.losses.sparse_categorical_crossentropy(label_ids, tf.cast(logits, tf.float32), from_logits=True)
-    weights = tf.cast(weights, losses.dtype)
-    return tf.reduce_sum(losses * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
-
-
-def loss_weights(label_ids, attention_mask, pad_id: int):
-    """Train on real pieces with a label: CLS, SEP and X included (the papers' 11 tags), padding
-    and unlabeled (PAD-tagged) pieces excluded."""
-    return tf.cast(attention_mask, tf.float32) * tf.cast(tf.not_equal(label_ids, pad_id), tf.float32)
-
-
 def supervised_windows(windows: Windows, tag_vocab, supervision: str) -> Windows:
     """`windows` with the labels the teacher trains on: all of them (`all_pieces`), or only each
     word's first piece (`first_piece`: X, [CLS] and [SEP] become [PAD], which the loss skips)."""
@@ -251,13 +240,11 @@ def loss_count(teacher, batch) -> tf.Tensor:
     head), labeled texts (sentence classes, label_ids [B]). A replica's share of the global
     batch's count weights its loss under a distribution strategy."""
     pad_id = teacher.tag_vocab.pad_id
-    labeled = tf.not_equal(batch["label_ids"], pad_id)
     if batch["label_ids"].shape.rank == 1:
-        return tf.reduce_sum(tf.cast(labeled, tf.float32))
+        return tf.reduce_sum(tf.cast(tf.not_equal(batch["label_ids"], pad_id), tf.float32))
     if hasattr(teacher, "crf"):
-        real = tf.cast(batch["attention_mask"], tf.bool)
-        return tf.reduce_sum(tf.cast(tf.reduce_all(labeled | ~real, axis=1), tf.float32))
-    return tf.reduce_sum(loss_weights(batch["label_ids"], batch["attention_mask"], pad_id))
+        return tf.reduce_sum(tf.cast(labeled_rows(batch["label_ids"], batch["attention_mask"], pad_id), tf.float32))
+    return tf.reduce_sum(label_mask(batch["label_ids"], batch["attention_mask"], pad_id))
 
 
 def make_distributed_train_step(teacher, groups, distribution):

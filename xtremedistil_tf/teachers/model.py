@@ -19,6 +19,7 @@ import tensorflow as tf
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
+from xtremedistil_tf.losses.xtremedistil import cross_entropy, label_mask
 
 FORMAT_VERSION = 1
 
@@ -76,10 +77,8 @@ class TokenTeacher(tf.keras.Model):
     def loss(self, batch, training=False):
         """Training loss of a batch (input_ids, attention_mask, label_ids [B, T]): token
         cross-entropy over real, labeled pieces (CLS, SEP and X included, as in the papers)."""
-        from xtremedistil_tf.teachers.finetune import loss_weights, masked_token_cross_entropy
-
-        weights = loss_weights(batch["label_ids"], batch["attention_mask"], self.tag_vocab.pad_id)
-        return masked_token_cross_entropy(batch["label_ids"], self(batch, training=training), weights)
+        weights = label_mask(batch["label_ids"], batch["attention_mask"], self.tag_vocab.pad_id)
+        return cross_entropy(self(batch, training=training), batch["label_ids"], weights)
 
     def predict_tags_fn(self):
         """Predicted tag ids [B, T] as one compiled function for any batch size and length."""

@@ -7,7 +7,7 @@ enabled losses need):
   `kbest_tags` [K, T], `kbest_probs` [K], `kbest_valid` [K], `marginals` [T, N]) over the labeled
   windows, plus unlabeled ones for DA (their `label_ids` are [PAD] tags).
 
-Losses (`losses/sequence.py`), by name:
+Losses (`losses/sequence.py`, looked up in `losses/registry.py`), by name:
     hard       L_hard (Eq. 7): CRF NLL of the gold tags of labeled windows and of the teacher's
                top-1 path of unlabeled ones (the paper's "Top-1 sequence as hard label"); without
                surrogates in the stream, unlabeled windows are skipped
@@ -34,12 +34,12 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from xtremedistil_tf.console import epoch_line
-from xtremedistil_tf.crf import ops
 from xtremedistil_tf.data.alignment import CompiledPerStudent, TagVocab, Windows, decode, predict_by_length
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS, loss_weighting
-from xtremedistil_tf.losses import sequence
+from xtremedistil_tf.losses import registry, sequence
+from xtremedistil_tf.losses.sequence import hard_targets
 from xtremedistil_tf.teachers.multigrained_outputs import check_kbest
 from xtremedistil_tf.training.distribute import scope_of, shard_by_data
 from xtremedistil_tf.training.precision import with_loss_scaling
@@ -49,13 +49,9 @@ from xtremedistil_tf.validation import check_finite_loss
 
 log = logging.getLogger(__name__)
 
-LOSSES = ("hard", "seq_ce", "seq_fuzzy", "token_em", "token_pos")
-TOKEN_LEVEL = ("token_em", "token_pos")   # the losses `token_loss` (ce | kl) shapes
+LOSSES = registry.names(registry.MULTI_GRAINED)
+TOKEN_LEVEL = tuple(name for name in LOSSES if registry.variants(name))   # the losses `token_loss` (ce | kl) shapes
 INPUT_KEYS = ("input_ids", "attention_mask")
-# Targets each loss reads from the stream (hard reads kbest_tags too when the stream has them).
-LOSS_KEYS = {"hard": ("label_ids",), "seq_ce": ("kbest_tags", "kbest_probs", "kbest_valid"),
-             "seq_fuzzy": ("kbest_tags", "kbest_probs", "kbest_valid"), "token_em": ("logits",),
-             "token_pos": ("marginals",)}
 # The time axis of each key of a batch, for trimming the padding no row of a batch uses.
 TIME_AXIS = {"input_ids": 1, "attention_mask": 1, "label_ids": 1, "logits": 1, "marginals": 1, "kbest_tags": 2}
 
@@ -111,54 +107,22 @@ class MultiGrainedHistory:
         return asdict(self)
 
 
-def hard_targets(label_ids, attention_mask, kbest_tags, pad_id: int):
-    """[B, T] tags for L_hard: the gold `label_ids` of labeled rows, the teacher's top-1 path
-    `kbest_tags[:, 0]` of unlabeled rows (those with [PAD] tags inside their length)."""
-    labeled = labeled_rows(label_ids, attention_mask, pad_id)
-    return tf.where(labeled[:, None], tf.cast(label_ids, tf.int32), tf.cast(kbest_tags[:, 0], tf.int32))
-
-
-def labeled_rows(label_ids, attention_mask, pad_id: int):
-    """[B] bool: rows whose real positions all carry a tag other than [PAD]."""
-    real = tf.cast(attention_mask, tf.bool)
-    return tf.reduce_all(tf.not_equal(label_ids, pad_id) | ~real, axis=1)
-
-
-def labeled_nll(potentials, label_ids, lengths, transitions, labeled):
-    """Mean CRF NLL of the gold tags over the labeled rows ([B] bool); 0 if there are none."""
-    nll = -ops.crf_log_likelihood(potentials, tf.cast(label_ids, tf.int32), lengths, transitions)
-    weights = tf.cast(labeled, tf.float32)
-    return tf.math.divide_no_nan(tf.reduce_sum(nll * weights), tf.reduce_sum(weights))
-
-
 def _loss_values(names, outputs, batch, transitions, pad_id: int, token_loss: str) -> List[tf.Tensor]:
-    """One scalar per enabled loss, in `names` order, for a trimmed batch and the student's outputs."""
-    potentials, mask = outputs["potentials"], batch["attention_mask"]
-    lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-    values = []
-    for name in names:
-        if name == "hard" and "kbest_tags" in batch:
-            tags = hard_targets(batch["label_ids"], mask, batch["kbest_tags"], pad_id)
-            values.append(sequence.hard_loss(potentials, tags, lengths, transitions))
-        elif name == "hard":
-            labeled = labeled_rows(batch["label_ids"], mask, pad_id)
-            values.append(labeled_nll(potentials, batch["label_ids"], lengths, transitions, labeled))
-        elif name in ("seq_ce", "seq_fuzzy"):
-            fn = sequence.kbest_seq_ce if name == "seq_ce" else sequence.fuzzy_loss
-            values.append(fn(potentials, lengths, transitions, tf.cast(batch["kbest_tags"], tf.int32),
-                             batch["kbest_probs"], batch["kbest_valid"]))
-        elif name == "token_em":
-            values.append(sequence.token_emission_kd(outputs["logits"], batch["logits"], mask, token_loss=token_loss))
-        else:
-            values.append(sequence.token_posterior_kd(potentials, transitions, batch["marginals"], lengths,
-                                                      token_loss=token_loss))
-    return values
+    """One scalar per enabled loss, in `names` order, for a trimmed batch and the student's outputs.
+    L_hard learns the gold tags of labeled rows and the teacher's top-1 path of unlabeled ones when
+    the batch has surrogates, and only the labeled rows otherwise (registry.rows_with_target)."""
+    outputs = {**outputs, "transitions": transitions}
+    if "kbest_tags" in batch:
+        batch = {**batch, "label_ids": hard_targets(batch["label_ids"], batch["attention_mask"], batch["kbest_tags"],
+                                                    pad_id)}
+    losses = [registry.get(name, token_loss) for name in names]
+    return [loss(outputs, batch, loss.mask(batch, pad_id)) for loss in losses]
 
 
 def _needed_keys(losses: Sequence[str], have: Sequence[str]) -> List[str]:
     keys = list(INPUT_KEYS)
     for name in losses:
-        keys += [k for k in LOSS_KEYS[name] if k not in keys]
+        keys += [k for k in registry.get(name).target if k not in keys]
     if "hard" in losses and "kbest_tags" in have and "kbest_tags" not in keys:
         keys.append("kbest_tags")
     missing = [k for k in keys if k not in have]
@@ -212,21 +176,10 @@ def _check_kbest(ds: tf.data.Dataset, config: MultiGrainedConfig) -> None:
 
 
 def _loss_counts(names, batch, pad_id: int) -> tf.Tensor:
-    """[num_losses] what each loss of `_loss_values` averages over in this batch: rows for the
-    sequence losses, real positions for the token losses, labeled rows for L_hard without
-    surrogates. A replica's share of the global batch's count weights its loss (`_Steps`)."""
-    mask = tf.cast(batch["attention_mask"], tf.float32)
-    rows = tf.cast(tf.shape(mask)[0], tf.float32)
-    counts = []
-    for name in names:
-        if name == "hard" and "kbest_tags" not in batch:
-            counts.append(tf.reduce_sum(tf.cast(labeled_rows(batch["label_ids"], batch["attention_mask"], pad_id),
-                                                tf.float32)))
-        elif name in TOKEN_LEVEL:
-            counts.append(tf.reduce_sum(mask))
-        else:
-            counts.append(rows)
-    return tf.stack(counts)
+    """[num_losses] what each loss of `_loss_values` averages over in this batch (the registry's
+    count: rows for the sequence losses, real positions for the token losses). A replica's share of
+    the global batch's count weights its loss (`_Steps`)."""
+    return tf.stack([loss.count(loss.mask(batch, pad_id)) for loss in map(registry.get, names)])
 
 
 class _Steps:
@@ -291,11 +244,10 @@ class _Steps:
     def _dev_nll(self, batch):
         """(sum of gold NLLs over the labeled rows, their count)."""
         outputs = self.student({k: batch[k] for k in INPUT_KEYS}, training=False)
-        lengths = tf.reduce_sum(batch["attention_mask"], axis=1)
-        labeled = labeled_rows(batch["label_ids"], batch["attention_mask"], self.pad_id)
-        count = tf.reduce_sum(tf.cast(labeled, tf.float32))
-        return labeled_nll(outputs["potentials"], batch["label_ids"], lengths, self.crf.transitions,
-                           labeled) * count, count
+        hard = registry.get("hard")
+        mask = hard.mask(batch, self.pad_id)
+        count = hard.count(mask)
+        return hard({**outputs, "transitions": self.crf.transitions}, batch, mask) * count, count
 
 
 def _dev_loss(steps: _Steps, dev: Optional[tf.data.Dataset]) -> Optional[float]:

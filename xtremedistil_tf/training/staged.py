@@ -26,14 +26,14 @@ import tensorflow as tf
 from xtremedistil_tf.console import epoch_line
 from xtremedistil_tf.data.alignment import CompiledPerStudent, Windows, predict_by_length
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.losses.xtremedistil import (DEFAULT_REPRESENTATION_LOSS, TEACHER_MASK, cross_entropy,
-                                                 label_mask, logit_mse, representation_loss, teacher_mask)
+from xtremedistil_tf.losses import registry
+from xtremedistil_tf.losses.xtremedistil import DEFAULT_REPRESENTATION_LOSS, TEACHER_MASK
 from xtremedistil_tf.students.models import encoder_layer_name
 from xtremedistil_tf.teachers.finetune import trim_to_longest
 from xtremedistil_tf.training.callbacks import BatchBar, BestSoFar
 from xtremedistil_tf.training.distribute import scope_of, shard_by_data
 from xtremedistil_tf.training.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
-from xtremedistil_tf.training.strategies import LOSS_TARGETS, Stage, Strategy, get_strategy
+from xtremedistil_tf.training.strategies import Stage, Strategy, get_strategy
 from xtremedistil_tf.validation import check_finite_loss
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class _StageModel(tf.keras.Model):
         outputs = dict(student.output)
         outputs["scores"] = student.get_layer("softmax").output
         self.view = tf.keras.Model(student.input, outputs)
-        self.terms = list(terms)  # (name, fn, source, output, target, weight)
+        self.terms = list(terms)  # (name, registry.Loss, source, weight)
         self.pad_id = pad_id
         self.trackers = {name: tf.keras.metrics.Mean(name=name) for name, *_ in self.terms}
 
@@ -124,26 +124,21 @@ class _StageModel(tf.keras.Model):
         outs = {src: self.view({k: batch[k] for k in INPUT_KEYS}, training=training)
                 for src, batch in data.items()}
         total = 0.0
-        for name, fn, source, output, target, weight in self.terms:
+        for name, loss, source, weight in self.terms:
             batch = data[source]
-            mask = self._mask(batch, target, outs[source][output])
-            value = fn(batch[target], outs[source][output], mask) if target == "label_ids" \
-                else fn(outs[source][output], batch[target], mask)
-            count = tf.reduce_sum(mask)
+            mask = self._mask(batch, loss, outs[source][loss.prediction[0]])
+            value = loss(outs[source], batch, mask)
+            count = loss.count(mask)
             self.trackers[name].update_state(value, sample_weight=count)
             total += weight * (value * _replica_share(count) if training and tf.distribute.has_strategy() else value)
         return total
 
-    def _mask(self, batch, target, output):
-        """Counted positions: real tokens (every row for sentence outputs), labeled ones for CE,
-        for token logits those the teacher was trained on (`teacher_mask`)."""
+    def _mask(self, batch, loss, output):
+        """The loss's counted positions (registry): real tokens (every row for sentence outputs),
+        labeled ones for CE, for token logits those the teacher was trained on (`teacher_mask`)."""
         attention = batch["attention_mask"] if output.shape.rank == 3 \
             else tf.ones_like(batch["attention_mask"][:, 0])
-        if target == "label_ids":
-            return label_mask(batch["label_ids"], attention, self.pad_id)
-        if target == "logits" and output.shape.rank == 3:
-            return teacher_mask(batch, attention)
-        return tf.cast(attention, tf.float32)
+        return loss.mask({**batch, "attention_mask": attention}, self.pad_id)
 
     def _results(self):
         results = {name: self.trackers[name].result() for name, *_ in self.terms}
@@ -182,20 +177,14 @@ def batched(ds: tf.data.Dataset, batch_size: int, shuffle_buffer: int = 0, seed:
 
 
 def _resolve_terms(stage: Stage, config: DistilConfig) -> List[tuple]:
-    fns = {"ce": cross_entropy, "logits": logit_mse,
-           "representation": representation_loss(config.representation_loss)}
-    terms = []
-    for term in stage.terms:
-        output, target = LOSS_TARGETS[term.loss]
-        terms.append((f"{term.loss}_{term.source}", fns[term.loss], term.source, output, target,
-                      config.weight(term.weight)))
-    return terms
+    return [(f"{term.loss}_{term.source}", registry.get(term.loss, config.representation_loss), term.source,
+             config.weight(term.weight)) for term in stage.terms]
 
 
 def _needed_keys(stage: Stage, source: Optional[str] = None) -> List[str]:
     keys = list(INPUT_KEYS)
     for term in stage.terms:
-        target = LOSS_TARGETS[term.loss][1]
+        target, = registry.get(term.loss).target
         if (source is None or term.source == source) and target not in keys:
             keys.append(target)
     return keys

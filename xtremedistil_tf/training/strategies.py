@@ -33,12 +33,10 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple, Union
 
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.losses.registry import XTREMEDISTIL, names
 
-# Loss name -> (student output it trains, batch feature holding its target).
-LOSS_TARGETS = {"ce": ("scores", "label_ids"), "logits": ("logits", "logits"),
-                "representation": ("projection", "hidden")}
-# Loss name -> the head layer it trains.
-LOSS_HEADS = {"ce": "softmax", "logits": "logits", "representation": "projection"}
+# The losses a stage may name (losses/registry.py: the student output each reads and its target).
+LOSSES = names(XTREMEDISTIL)
 SOURCES = ("train", "transfer")
 BODY = ("projection", "bilstm", "word_embedding")
 
@@ -52,8 +50,8 @@ class LossTerm:
     weight: Union[str, float] = 1.0
 
     def __post_init__(self):
-        if self.loss not in LOSS_TARGETS:
-            raise ConfigError(f"unknown loss {self.loss!r}; choose one of {sorted(LOSS_TARGETS)}")
+        if self.loss not in LOSSES:
+            raise ConfigError(f"unknown loss {self.loss!r}; choose one of {sorted(LOSSES)}")
         if self.source not in SOURCES:
             raise ConfigError(f"unknown data source {self.source!r}; choose one of {SOURCES}")
 

@@ -25,13 +25,14 @@ from xtremedistil_tf.evaluate import score_by_language
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
 from xtremedistil_tf.export.student import StudentMeta, load_student_dir, write_student_dir
 from xtremedistil_tf.io import atomic_dir
+from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.sequence import DEFAULT_TOKEN_LOSS
 from xtremedistil_tf.losses.xtremedistil import TEACHER_MASK, teacher_mask
 from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
 from xtremedistil_tf.teachers.cache import load_manifest, read_sharded
 from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
 from xtremedistil_tf.training.staged import INPUT_KEYS, DistilConfig, batched, make_dev_f1, train_student
-from xtremedistil_tf.training.strategies import LOSS_TARGETS, get_strategy
+from xtremedistil_tf.training.strategies import get_strategy
 from xtremedistil_tf.training.tensorboard import EpochScalars, ScalarLog
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def source_keys(strategy: str, source: str) -> Tuple[str, ...]:
     keys = [*INPUT_KEYS, "label_ids"]
     for stage in get_strategy(strategy).stages:
         for term in stage.terms:
-            target = LOSS_TARGETS[term.loss][1]
+            target, = registry.get(term.loss).target
             if term.source == source and target not in keys:
                 keys.append(target)
     return tuple(keys)

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -188,6 +189,80 @@ def test_d0_trains_one_student_per_language_on_its_own_windows(ablation, tiny_to
     assert d0["parameters"] == 2 * info(cfg, "ablate/D1")["parameters"]
 
 
+@END_TO_END
+def test_d0_scores_are_the_pipelines_scores_of_each_language_student(ablation):
+    """D0's per-language F1 in step.json (and so in ablation.md) is what the pipeline's scoring
+    (student_run.evaluate_student: the constrained word decoder) gives that language's student."""
+    cfg, _, _ = ablation
+    from xtremedistil_tf.data.alignment import TagVocab
+    from xtremedistil_tf.training.student_run import evaluate_student, load_student
+    from xtremedistil_tf.workdir import WorkDir
+
+    test = pipeline.load_data(WorkDir(cfg.work_dir))["test"]
+    recorded = info(cfg, "ablate/D0")["scores"]["test"]["languages"]
+    for lang in LANGS:
+        model, meta, tokenizer = load_student(os.path.join(cfg.work_dir, "ablate", "D0", f"student-{lang}"))
+        scores = evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length,
+                                  [s for s in test if s.lang == lang], meta.scheme)
+        # The toy D0 students tag every word O, where both decoders agree: the next test tells them apart.
+        assert recorded[lang]["f1"] == pytest.approx(scores["all"]["f1"], abs=1e-12)
+
+
+def swapped_bi(student, tag_vocab):
+    """`student` with the probabilities of B-X and I-X swapped for every type X: its argmax starts
+    entities with I- after O, which the constrained decoder must replace."""
+    import tensorflow as tf
+
+    tags = list(tag_vocab.tags)
+    swap = {"B-": "I-", "I-": "B-"}
+    perm = [tags.index(swap[t[:2]] + t[2:]) if t[:2] in swap and swap[t[:2]] + t[2:] in tags else i
+            for i, t in enumerate(tags)]
+    inputs = {key: tf.keras.Input([None], dtype=tf.int32, name=key) for key in ("input_ids", "attention_mask")}
+    probs = student(inputs, training=False)["probs"]
+    return tf.keras.Model(inputs, {"probs": tf.gather(probs, perm, axis=-1)})
+
+
+@END_TO_END
+def test_d0_scores_decode_as_the_pipeline_where_argmax_would_differ(ablation, tmp_path, monkeypatch):
+    """step_per_language scores with the pipeline's decoder (evaluate_student), on students whose
+    argmax breaks the scheme: the recorded F1 is the constrained decoder's, not the argmax's."""
+    import shutil
+
+    from xtremedistil_tf.data.alignment import TagVocab
+    from xtremedistil_tf.training import student_run
+    from xtremedistil_tf.workdir import WorkDir
+
+    cfg, _, _ = ablation
+    shutil.copytree(cfg.work_dir, tmp_path / "work")
+    work = WorkDir(tmp_path / "work")
+    tag_vocab = TagVocab(json.load(open(work.path("data") / "labels.json")))
+    # D1's student (it finds some entities), B/I-swapped, stands in for each language's D0 student.
+    d1, _, tokenizer = student_run.load_student(work.path("ablate") / "D1")
+    students = {lang: swapped_bi(d1, tag_vocab) for lang in LANGS}
+
+    class History:
+        def to_dict(self):
+            return {"steps": []}
+
+    monkeypatch.setattr(ablate, "_distil_language",
+                        lambda work, sc, teacher, tokenizer, dev, window_langs, lang, *rest: (students[lang], History()))
+    monkeypatch.setattr(student_run, "save_student", lambda *args, **kwargs: None)
+    d0_cfg = replace(cfg, work_dir=str(work.root), student=replace(cfg.student, strategy="D0", seed=7))
+    _, fingerprint = ablate.upstream_steps(d0_cfg)
+    ablate.step_per_language(work, d0_cfg, fingerprint, LANGS, "ablate/probe")
+    recorded = work.step_info("ablate/probe")["scores"]["test"]["languages"]
+    test = pipeline.load_data(work)["test"]
+    differs = []
+    for lang in LANGS:
+        own = [s for s in test if s.lang == lang]
+        f1 = {decode_as: student_run.evaluate_student(students[lang], tokenizer, tag_vocab, 16, own, cfg.data.scheme,
+                                                      decode_as=decode_as)["all"]["f1"]
+              for decode_as in ("constrained", "argmax")}
+        assert recorded[lang]["f1"] == pytest.approx(f1["constrained"], abs=1e-12)
+        differs.append(f1["argmax"] != pytest.approx(f1["constrained"], abs=1e-6))
+    assert any(differs), "the swapped students' argmax should score differently"
+
+
 def run_cli(*args):
     return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -209,8 +284,8 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
         "neither": run_cli(evaluate, f"--model={cfg.work_dir}/ablate", *data, "--langs=de"),
         "bad strategy": run_cli(str(REPO / "bin" / "ablate"), f"--work_dir={tmp_path / 'w'}", "--strategies=D0,D5"),
         "bad seeds": run_cli(str(REPO / "bin" / "ablate"), f"--work_dir={tmp_path / 'w'}", "--seeds=1,-2"),
-        "seeds of variants": run_cli(str(REPO / "bin" / "ablate"), f"--work_dir={tmp_path / 'w'}", "--seeds=1,2",
-                                     "--method=multigrained"),
+        "bad seeds of variants": run_cli(str(REPO / "bin" / "ablate"), f"--work_dir={tmp_path / 'w'}",
+                                         "--seeds=1,1", "--method=multigrained"),
     }
     out = {name: (job.wait(timeout=300), *job.communicate()) for name, job in jobs.items()}
     for name in ("teacher", "D1", "D0-de"):
@@ -228,7 +303,7 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
     assert json.load(open(tmp_path / "teacher.json"))["kind"] == "teacher"
     for name, message in (("neither", "holds neither teacher.json"), ("bad strategy", "unknown strategy 'D5'"),
                           ("bad seeds", "--seeds: '-2' is not a non-negative integer"),
-                          ("seeds of variants", "--seeds applies to the --strategies of --method=xtremedistil")):
+                          ("bad seeds of variants", "--seeds names ['1'] more than once")):
         code, _, err = out[name]
         assert code == 2 and "Traceback" not in err and message in err.strip().splitlines()[-1], err[-2000:]
     assert not (tmp_path / "w").exists()
@@ -309,7 +384,6 @@ def test_seed_tables_give_mean_std_per_seed_values_and_the_ordering_seed_by_seed
 def test_bin_ablate_seeds_trains_a_student_per_seed_from_one_teacher_and_reports_mean_std(ablation, corpus,
                                                                                          tiny_bert_dir, tmp_path):
     import shutil
-    from dataclasses import replace
 
     cfg, _, _ = ablation
     work = tmp_path / "work"   # a copy of the shared run's teacher and cache: its own report stays as it is

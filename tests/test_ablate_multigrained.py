@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import REPO
@@ -116,7 +117,7 @@ def fake_report():
         "TE+SEQ@equal": step(0.8, 0.8),
     }
     data = {"train_sentences": 1000, "dev_sentences": 100, "test_sentences": 200, "transfer_sentences": 5000}
-    return mg.render_report("/runs/x", data, teacher, results)
+    return mg.render_report("/runs/x", data, teacher, {name: [info] for name, info in results.items()})
 
 
 def test_report_tables_from_step_results():
@@ -143,14 +144,58 @@ def test_report_tables_from_step_results():
 
 
 def test_runs_table_says_which_form_of_eq10_the_token_losses_took():
-    runs = parse_tables("\n".join(mg.runs_table({"TE+DA+TOKEN-POS": {**step(0.8, 0.79), "token_loss": "kl"},
-                                                  "TE+DA+SEQ": step(0.9, 0.88)})))[0]
+    runs = parse_tables("\n".join(mg.runs_table({"TE+DA+TOKEN-POS": [{**step(0.8, 0.79), "token_loss": "kl"}],
+                                                  "TE+DA+SEQ": [step(0.9, 0.88)]})))[0]
     assert [row[2] for row in runs[1:]] == ["hard + token_pos (token losses: kl)", "hard + seq_fuzzy + seq_ce"]
+
+
+def sd(*values):
+    """The report's std over seeds (n - 1), in %."""
+    return pct(np.std(values, ddof=1))
+
+
+def test_report_with_seeds_gives_mean_std_per_seed_values_and_auto_against_equal_seed_by_seed():
+    teacher = scores(0.95, 0.9)
+    teacher["test"]["f1_mean"] = 0.91
+    results = {"vanilla": [step(0.7, 0.6), step(0.72, 0.64, best_epoch=2)],
+               "TE+DA+SEQ": [step(0.9, 0.88, precision=0.87, recall=0.89),
+                             step(0.92, 0.84, precision=0.85, recall=0.83)],
+               "TE+DA+SEQ@equal": [step(0.85, 0.86), step(0.88, 0.85)]}
+    data = {"train_sentences": 10, "dev_sentences": 2, "test_sentences": 2, "transfer_sentences": 5}
+    report = mg.render_report("/runs/x", data, teacher, results, seeds=[3, 5])
+    table1, table2, table3, per_seed, order, runs = parse_tables(report)
+    # Cells: mean ± std over the seeds; gains: mean ± std of each seed's gain over the same seed's vanilla.
+    assert table1 == [["model", "dev F1", "↑ dev", "test F1", "↑ test"],
+                      ["BERT+CRF (teacher)", "95.00", "+24.00", "91.00", "+29.00"],
+                      ["vanilla", f"71.00 ± {sd(0.7, 0.72)}", "+0.00 ± 0.00", f"62.00 ± {sd(0.6, 0.64)}",
+                       "+0.00 ± 0.00"],
+                      ["TE+DA+SEQ", f"91.00 ± {sd(0.9, 0.92)}", f"+20.00 ± {sd(0.2, 0.2)}",
+                       f"86.00 ± {sd(0.88, 0.84)}", f"+24.00 ± {sd(0.28, 0.2)}"]]
+    assert table2[1] == ["TE+DA+SEQ", "hard + seq_fuzzy + seq_ce", f"91.00 ± {sd(0.9, 0.92)}",
+                         f"86.00 ± {sd(0.87, 0.85)}", f"86.00 ± {sd(0.89, 0.83)}", f"86.00 ± {sd(0.88, 0.84)}",
+                         f"+24.00 ± {sd(0.28, 0.2)}"]
+    assert table3[1:] == [["hard + seq_fuzzy + seq_ce", "yes", f"91.00 ± {sd(0.9, 0.92)}",
+                           f"86.00 ± {sd(0.88, 0.84)}", f"86.50 ± {sd(0.85, 0.88)}", f"85.50 ± {sd(0.86, 0.85)}",
+                           f"+0.50 ± {sd(0.02, -0.01)}"]]
+    # The Seeds table and the ordering are ablate.py's, on the variants.
+    assert per_seed == [["variant", "seed 3", "seed 5", "mean ± std"],
+                        ["vanilla", "60.00", "64.00", f"62.00 ± {sd(0.6, 0.64)}"],
+                        ["TE+DA+SEQ", "88.00", "84.00", f"86.00 ± {sd(0.88, 0.84)}"],
+                        ["TE+DA+SEQ@equal", "86.00", "85.00", f"85.50 ± {sd(0.86, 0.85)}"]]
+    assert "## Seeds: test F1 (%) of each student" in report and "--seeds=3,5" in report
+    assert order == [["ordering", "seed 3", "seed 5", "holds"],
+                     ["TE+DA+SEQ ≥ TE+DA+SEQ@equal", "yes: 88.00 vs 86.00", "NO: 84.00 vs 85.00", "1 of 2"]]
+    assert runs[0][:2] == ["model", "seed"]
+    assert [row[:2] + row[6:7] for row in runs[1:3]] == [["vanilla", "3", "1 / 3"], ["vanilla", "5", "2 / 3"]]
+    assert len(runs) == 1 + 2 * len(results)
+    # No pair of Table 3: the section says so.
+    alone = mg.render_report("/runs/x", data, teacher, {"vanilla": results["vanilla"]}, seeds=[3, 5])
+    assert "No auto and equal pair of Table 3 was run." in alone
 
 
 def test_report_without_vanilla_or_unlabeled_text_says_so():
     report = mg.render_report("/runs/x", {"train_sentences": 10, "dev_sentences": 2}, scores(0.9, 0.8),
-                              {"TE+DA": step(0.5, 0.4)})
+                              {"TE+DA": [step(0.5, 0.4)]})
     assert "0 unlabeled transfer sentences (DA) — none, so +DA variants train on the labeled windows only." in report
     table1, table2 = parse_tables(report)[:2]
     assert table1[2] == ["TE+DA", "50.00", "–", "40.00", "–"]
@@ -160,7 +205,7 @@ def test_report_without_vanilla_or_unlabeled_text_says_so():
 
 # ----------------------------------------------------------------------------- end to end (bin/ablate)
 
-def bin_ablate(corpus, teacher_dir, work_dir, variants):
+def bin_ablate(corpus, teacher_dir, work_dir, variants, *extra):
     """bin/ablate on the toy corpus: a tiny random BERT+CRF teacher and one-epoch CRF students."""
     args = [f"--data_dir={corpus}", "--train_file=train.txt", "--test_file=test.txt", "--dev_fraction=0.2",
             "--transfer_file=unlabeled.txt", f"--teacher={teacher_dir}", "--teacher_random_init",
@@ -169,7 +214,7 @@ def bin_ablate(corpus, teacher_dir, work_dir, variants):
             "--shard_size=64", "--transfer_batch_size=32", "--method=multigrained", "--kbest=3",
             "--student_embedding_dim=8", "--student_hidden=8", "--student_epochs=1", "--student_patience=1",
             "--student_batch_size=16", "--student_learning_rate=2e-2", "--no_progress",
-            f"--work_dir={work_dir}", f"--variants={','.join(variants)}"]
+            f"--work_dir={work_dir}", f"--variants={','.join(variants)}", *extra]
     return subprocess.run([sys.executable, str(REPO / "bin" / "ablate"), *args], capture_output=True, text=True,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=900)
 
@@ -214,3 +259,44 @@ def test_bin_ablate_multigrained_resumes_and_reports_each_variant(tmp_path, toy_
     bad = bin_ablate(toy_corpus, tiny_bert_dir, tmp_path / "other", ["TE", "TE+SEQUENCE"])
     assert bad.returncode == 2 and "unknown variant 'TE+SEQUENCE'" in bad.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.slow
+def test_bin_ablate_multigrained_seeds_trains_a_student_per_seed_and_reports_mean_std(tmp_path, toy_corpus,
+                                                                                      tiny_bert_dir):
+    # About 3 minutes of CPU on 2 cores: a teacher, its k-best cache, four CRF students.
+    import numpy as np
+
+    work = tmp_path / "work"
+    variants = ["TE+SEQ", "TE+SEQ@equal"]
+    proc = bin_ablate(toy_corpus, tiny_bert_dir, work, variants, "--seeds=1,2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stored = {(name, seed): json.load(open(step_json(work, f"seed-{seed}/{name}"))) for name in variants
+              for seed in (1, 2)}
+    # One teacher and one cache: the fingerprints differ only in the student's seed.
+    for name in variants:
+        a, b = stored[name, 1]["fingerprint"], stored[name, 2]["fingerprint"]
+        assert (a["student"]["seed"], b["student"]["seed"]) == (1, 2)
+        assert {k: v for k, v in a.items() if k != "student"} == {k: v for k, v in b.items() if k != "student"}
+        assert {**a["student"], "seed": 0} == {**b["student"], "seed": 0}
+        assert stored[name, 1]["info"]["history"]["epochs"] != stored[name, 2]["info"]["history"]["epochs"]
+    report = (work / "ablation.md").read_text(encoding="utf-8")
+    assert report in proc.stdout
+    f1 = {key: value["info"]["scores"]["test"]["all"]["f1"] for key, value in stored.items()}
+
+    def mean_std(values):
+        return f"{pct(np.mean(values))} ± {pct(np.std(values, ddof=1))}"
+
+    table1, table2, table3, per_seed, order, runs = parse_tables(report)
+    assert table1[2][0] == "TE+SEQ" and table1[2][3] == mean_std([f1["TE+SEQ", 1], f1["TE+SEQ", 2]])
+    gains = [f1["TE+SEQ", s] - f1["TE+SEQ@equal", s] for s in (1, 2)]
+    assert table3[1] == ["hard + seq_fuzzy + seq_ce", "no",
+                         *[mean_std([stored[name, s]["info"]["scores"][split]["all"]["f1"] for s in (1, 2)])
+                           for name in variants for split in ("dev", "test")],
+                         f"{100 * np.mean(gains):+.2f} ± {pct(np.std(gains, ddof=1))}"]
+    assert per_seed == [["variant", "seed 1", "seed 2", "mean ± std"],
+                        *[[name, pct(f1[name, 1]), pct(f1[name, 2]), mean_std([f1[name, 1], f1[name, 2]])]
+                          for name in variants]]
+    assert order[1][0] == "TE+SEQ ≥ TE+SEQ@equal" and order[1][-1] == \
+        f"{sum(f1['TE+SEQ', s] >= f1['TE+SEQ@equal', s] for s in (1, 2))} of 2"
+    assert [row[:2] for row in runs[1:]] == [[name, str(s)] for name in variants for s in (1, 2)]

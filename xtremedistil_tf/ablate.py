@@ -27,7 +27,7 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -88,6 +88,19 @@ def check_seeds(values: Sequence) -> List[int]:
     return seeds
 
 
+def seeded_students(student, seeds: Optional[Sequence[int]]) -> Iterator[Tuple[Optional[int], object]]:
+    """(seed, student config of that seed) for each of --seeds in order, or (None, `student`) without
+    --seeds. Runs go seed by seed, so a killed run has whole tables for the seeds it finished."""
+    for seed in seeds or [None]:
+        yield seed, student if seed is None else replace(student, seed=seed)
+
+
+def seed_results(names: Sequence[str], seeds: Optional[Sequence[int]], load: Callable[[str], dict]
+                 ) -> Dict[str, List[dict]]:
+    """{name: [step info of each seed's student]} (one info without --seeds); `load` reads the info of a step."""
+    return {name: [load(strategy_step(name, seed)) for seed in seeds or [None]] for name in names}
+
+
 def upstream_steps(cfg: pipeline.RunConfig) -> Tuple[WorkDir, dict]:
     """(work dir, fingerprint): the data, teacher and teacher-output steps every student reads, run once."""
     work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
@@ -110,8 +123,7 @@ def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Opti
                           "(ablate_multigrained.run_variants)")
     work, fingerprint = upstream_steps(cfg)
     languages = train_languages(work)
-    for seed in seeds or [None]:   # seed by seed: a killed run has whole tables for the seeds it finished
-        student = cfg.student if seed is None else replace(cfg.student, seed=seed)
+    for seed, student in seeded_students(cfg.student, seeds):
         for name in strategies:
             strategy_cfg = replace(cfg, student=replace(student, strategy=name))
             step = strategy_step(name, seed)
@@ -140,7 +152,7 @@ def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, la
     def build(tmp: Path) -> dict:
         from xtremedistil_tf.evaluate import score_by_language
         from xtremedistil_tf.teachers.saved import load_teacher
-        from xtremedistil_tf.training.student_run import save_student
+        from xtremedistil_tf.training.student_run import predict_words, save_student
 
         splits = pipeline.load_data(work)
         teacher, tokenizer = load_teacher(work.path("teacher") / "model")
@@ -157,7 +169,9 @@ def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, la
                                   "parameters": int(student.count_params())}
             for split in scored:
                 idx = [i for i, s in enumerate(splits[split]) if s.lang == lang]
-                tags = _predict_words(student, tokenizer, teacher, [splits[split][i] for i in idx])
+                # Decoded as pipeline.step_student's scores decode (student_run.evaluate_student).
+                tags = predict_words(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
+                                     [splits[split][i] for i in idx], cfg.data.scheme)
                 for i, t in zip(idx, tags):
                     predicted[split][i] = t
             save_student(tmp / f"student-{lang}", student, sc.architecture, tokenizer, teacher.tag_vocab,
@@ -242,14 +256,6 @@ def _distil_language(work: WorkDir, sc, teacher, tokenizer, dev_sentences, windo
     return student, history
 
 
-def _predict_words(student, tokenizer, teacher, sentences) -> List[List[str]]:
-    from xtremedistil_tf.data.alignment import decode, encode
-    from xtremedistil_tf.training.staged import predict_tags
-
-    windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    return decode(windows, predict_tags(student, windows), teacher.tag_vocab)
-
-
 # ----------------------------------------------------------------------------- report
 
 def _pct(value: Optional[float]) -> str:
@@ -310,9 +316,19 @@ def table3(teacher_scores: Dict[str, dict], results: Dict[str, List[dict]]) -> L
     return [intro, *_table(header, rows)]
 
 
-def per_seed_table(split: str, seeds: Sequence[int], results: Dict[str, List[dict]]) -> List[str]:
-    """Each strategy's headline F1 (mean across languages, or F1) per seed, and their mean ± std."""
-    header = ["strategy", *(f"seed {seed}" for seed in seeds), "mean ± std"]
+def seeds_section(split: str, seeds: Sequence[int], results: Dict[str, List[dict]], label: str = "strategy"
+                  ) -> List[str]:
+    """The report's Seeds section: its heading, what it shows, and `per_seed_table`."""
+    return [f"## Seeds: {split} F1 (%) of each student", "",
+            f"The mean F1 across languages (F1 without languages) of each seed's student (--seeds="
+            f"{','.join(map(str, seeds))}; one teacher and one teacher-output cache for all), and their "
+            "mean ± standard deviation (n - 1).", "", *per_seed_table(split, seeds, results, label)]
+
+
+def per_seed_table(split: str, seeds: Sequence[int], results: Dict[str, List[dict]], label: str = "strategy"
+                   ) -> List[str]:
+    """Each strategy's (or `label`'s) headline F1 (mean across languages, or F1) per seed, and their mean ± std."""
+    header = [label, *(f"seed {seed}" for seed in seeds), "mean ± std"]
     rows = []
     for name, infos in results.items():
         values = [_summary_f1(info["scores"][split]) for info in infos]
@@ -320,11 +336,14 @@ def per_seed_table(split: str, seeds: Sequence[int], results: Dict[str, List[dic
     return _table(header, rows)
 
 
-def ordering_table(split: str, seeds: Sequence[Optional[int]], results: Dict[str, List[dict]]) -> List[str]:
-    """Table 3's ordering (TABLE3_ORDER), pair by pair and seed by seed, for the pairs that were run."""
-    pairs = [pair for pair in TABLE3_ORDER if pair[0] in results and pair[2] in results]
+def ordering_table(split: str, seeds: Sequence[Optional[int]], results: Dict[str, List[dict]],
+                   order: Sequence[Tuple[str, str, str]] = TABLE3_ORDER,
+                   none_run: str = "No pair of the ordering's strategies was run.") -> List[str]:
+    """An ordering ((better, ">=" or ">", worse) pairs; default Table 3's), pair by pair and seed by
+    seed, for the pairs whose two students were run (`none_run` when there is none)."""
+    pairs = [pair for pair in order if pair[0] in results and pair[2] in results]
     if not pairs:
-        return ["No pair of the ordering's strategies was run."]
+        return [none_run]
     header = ["ordering", *(f"seed {seed}" if seed is not None else "F1" for seed in seeds), "holds"]
     rows = []
     for better, relation, worse in pairs:
@@ -349,8 +368,7 @@ def table4(history: dict) -> List[str]:
 
 def _load_results(work: WorkDir, strategies: Sequence[str], seeds: Optional[Sequence[int]] = None):
     """(teacher scores, {strategy: [step info of each seed]}) from the finished steps."""
-    results = {name: [work.step_info(strategy_step(name, seed)) for seed in seeds or [None]] for name in strategies}
-    return work.step_info("teacher")["scores"], results
+    return work.step_info("teacher")["scores"], seed_results(strategies, seeds, work.step_info)
 
 
 def table3_markdown(work_dir, strategies: Sequence[str], seeds: Optional[Sequence[int]] = None) -> str:
@@ -363,10 +381,7 @@ def ablation_report(work: WorkDir, strategies: Sequence[str], seeds: Optional[Se
     split = _split(teacher_scores)
     lines = ["# Distillation strategy ablation", "", f"Work dir: `{work.root}`", "", *table3(teacher_scores, results)]
     if seeds is not None:
-        lines += ["", f"## Seeds: {split} F1 (%) of each student", "",
-                  f"The mean F1 across languages (F1 without languages) of each seed's student (--seeds="
-                  f"{','.join(map(str, seeds))}; one teacher and one teacher-output cache for all), and their "
-                  "mean ± standard deviation (n - 1).", "", *per_seed_table(split, seeds, results)]
+        lines += ["", *seeds_section(split, seeds, results)]
     lines += ["", f"## Table 3's ordering, seed by seed: {split} F1 (%)", "",
               "The paper's D4.2 ≥ D4.1 ≥ D3.2 > D3.1 and D1 > D0-S, for each pair of those strategies that was run: "
               "whether the first one's F1 (the mean across languages, or F1) reached the second one's.", "",

@@ -6,13 +6,14 @@ teacher-output cache.
     bin/ablate ... --strategies=D0-S,D1,D3.2,D4.1,D4.2 --seeds=1,2,3   # a student per strategy and seed
     bin/ablate --flagfile=configs/msra.flags --data_dir=/path/to/msra --work_dir=runs/msra-ablate \
         --variants=vanilla,TE,TE+SEQ,TE+DA,TE+DA+SEQ
+    bin/ablate ... --method=multigrained --variants=vanilla,TE+DA+SEQ,TE+DA+SEQ@equal --seeds=1,2,3
 
 Takes every flag of bin/train (defined by importing xtremedistil_tf.cli.train). With
 --method=xtremedistil, --strategy is replaced by each of --strategies in turn; with
 --method=multigrained, each of --variants sets --student_embeddings, --mg_losses,
---loss_weighting and --use_unlabeled. With --seeds (XtremeDistil), each strategy is distilled once
+--loss_weighting and --use_unlabeled. With --seeds, each strategy (or variant) is distilled once
 per seed from the same teacher and cache, and ablation.md reports the mean ± std over seeds, each
-seed's F1 and Table 3's ordering seed by seed. Rerunning the same command resumes at the first
+seed's F1 and, seed by seed, Table 3's ordering (uncertainty against equal weighting for variants). Rerunning the same command resumes at the first
 unfinished student. Writes <work_dir>/ablation.md (docs/ablation.md explains the tables) and
 prints its Table 3 (XtremeDistil) or the whole report (multi-grained).
 """
@@ -33,10 +34,10 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("strategies", list(ALL_STRATEGIES),
                   f"--method=xtremedistil: strategies to compare, in report order; any of {', '.join(ALL_STRATEGIES)}.")
 flags.DEFINE_list("seeds", None,
-                  "--method=xtremedistil: distil every strategy once per seed (comma-separated non-negative "
-                  "integers, e.g. 1,2,3), each student in ablate/seed-<n>/<strategy>/, from one teacher and one "
-                  "teacher-output cache (--seed makes those); ablation.md gives the mean ± std over seeds. "
-                  "Default: one student per strategy, of --seed.")
+                  "Distil every strategy (--method=multigrained: variant) once per seed (comma-separated "
+                  "non-negative integers, e.g. 1,2,3), each student in ablate/seed-<n>/<name>/, from one teacher "
+                  "and one teacher-output cache (--seed makes those); ablation.md gives the mean ± std over seeds. "
+                  "Default: one student per strategy or variant, of --seed.")
 flags.DEFINE_list("variants", list(DEFAULT_VARIANTS),
                   "--method=multigrained: students to compare, in run order (default: every row of the paper's "
                   f"Tables 1-3); any of {', '.join(v.name for v in VARIANTS)}.")
@@ -46,9 +47,6 @@ def _refuse_other_method_flag() -> None:
     used, other = ("variants", "strategies") if FLAGS.method == "multigrained" else ("strategies", "variants")
     if FLAGS[other].present:
         raise ConfigError(f"--{other} does not apply to --method={FLAGS.method}; use --{used}")
-    if FLAGS.method == "multigrained" and FLAGS["seeds"].present:
-        raise ConfigError("--seeds applies to the --strategies of --method=xtremedistil; --method=multigrained "
-                          "trains one student per variant")
 
 
 def ablate() -> None:
@@ -62,7 +60,7 @@ def ablate() -> None:
     cfg = train_cli.config_from_flags()
     log_to_work_dir(cfg.work_dir)
     if multigrained:
-        print(run_variants(cfg, names), file=sys.stdout, flush=True)
+        print(run_variants(cfg, names, seeds), file=sys.stdout, flush=True)
     else:
         run_ablation(cfg, names, seeds)
         print(table3_markdown(cfg.work_dir, names, seeds), file=sys.stdout, flush=True)

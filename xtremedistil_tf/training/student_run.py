@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -267,12 +267,11 @@ def distil_multigrained(cfg: StudentConfig, teacher, tokenizer, transfer_dir, tr
     return student, history
 
 
-def evaluate_student(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int,
-                     sentences: Sequence[Sentence], scheme: str, decoder: str = "softmax",
-                     decode_as: str = DEFAULT_DECODE) -> Dict:
-    """Entity scores of a student's word predictions, decoded as serving decodes them: softmax students
-    by crf.decoding.WordDecoder (`decode_as`: "constrained", the best sequence the tag scheme allows,
-    or "argmax"), CRF students by the CRF's Viterbi (only "constrained")."""
+def predict_words(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int, sentences: Sequence[Sentence],
+                  scheme: str, decoder: str = "softmax", decode_as: str = DEFAULT_DECODE) -> List[List[str]]:
+    """Each sentence's word tags from a student, decoded as serving decodes them: softmax students by
+    crf.decoding.WordDecoder (`decode_as`: "constrained", the best sequence the tag scheme allows, or
+    "argmax"), CRF students by the CRF's Viterbi (only "constrained")."""
     from xtremedistil_tf.training.multigrained import predict_tags_crf
 
     windows = encode(sentences, tokenizer, tag_vocab, max_seq_length)
@@ -280,10 +279,16 @@ def evaluate_student(student, tokenizer, tag_vocab: TagVocab, max_seq_length: in
         if check_decode(decode_as) != "constrained":
             raise ConfigError(f"--decode={decode_as}: a CRF student decodes with its CRF's Viterbi; --decode=argmax "
                               "is for softmax students")
-        predicted = decode(windows, predict_tags_crf(student, windows), tag_vocab)
-    else:
-        probs = predict_by_length(windows, head_probs_fn(student))
-        predicted = WordDecoder(tag_vocab.tags, tag_vocab.labels, scheme, decode_as).decode_windows(windows, probs)[0]
+        return decode(windows, predict_tags_crf(student, windows), tag_vocab)
+    probs = predict_by_length(windows, head_probs_fn(student))
+    return WordDecoder(tag_vocab.tags, tag_vocab.labels, scheme, decode_as).decode_windows(windows, probs)[0]
+
+
+def evaluate_student(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int,
+                     sentences: Sequence[Sentence], scheme: str, decoder: str = "softmax",
+                     decode_as: str = DEFAULT_DECODE) -> Dict:
+    """Entity scores of a student's word predictions (`predict_words`: decoded as serving decodes them)."""
+    predicted = predict_words(student, tokenizer, tag_vocab, max_seq_length, sentences, scheme, decoder, decode_as)
     return score_by_language([s.tags for s in sentences], predicted, [s.lang for s in sentences], scheme)
 
 

@@ -9,8 +9,8 @@ strategies):
     work_dir/ablate/<variant>/            the saved CRF student (training/student_run.py layout)
     work_dir/ablation.md                  Tables 1-3 (rewritten on each run: it is a summary)
 
-A variant is data: the four StudentConfig fields it sets (embeddings, losses, loss_weighting,
-use_unlabeled). Every other student setting (K, epochs, sizes, rates) comes from the flags.
+A variant is data: the four MultiGrainedConfig settings it sets (arch.embeddings, losses,
+weighting, use_unlabeled). Every other student setting (K, epochs, sizes, rates) comes from the flags.
 SEQ is the paper's L^u_Seq-all (Eq. 8-9): hard + seq_fuzzy + seq_ce.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ EQUAL = "@equal"                                                       # name su
 
 @dataclass(frozen=True)
 class Variant:
-    """One student of the ablation: the StudentConfig fields it overrides."""
+    """One student of the ablation: the MultiGrainedConfig settings it overrides."""
 
     name: str
     losses: Tuple[str, ...]
@@ -46,9 +46,10 @@ class Variant:
     weighting: str = "uncertainty"   # Eq. 9 (auto), or equal (Table 3)
     default: bool = True             # in the default --variants
 
-    def overrides(self) -> dict:
-        return {"embeddings": self.embeddings, "losses": self.losses, "use_unlabeled": self.unlabeled,
-                "loss_weighting": self.weighting}
+    def apply(self, student):
+        """`student` (a MultiGrainedConfig) with this variant's four settings."""
+        return replace(student, arch=replace(student.arch, embeddings=self.embeddings), losses=self.losses,
+                       use_unlabeled=self.unlabeled, weighting=self.weighting)
 
 
 def _equal(variant: Variant, default: bool = True) -> Variant:
@@ -121,7 +122,7 @@ def run_variants(cfg: pipeline.RunConfig, variants: Sequence[str]) -> str:
     if work.step_info("data").get("transfer_sentences", 0) == 0 and any(get_variant(n).unlabeled for n in variants):
         log.warning("no unlabeled transfer sentences (--transfer_file): the +DA variants see the labeled windows only")
     for name in variants:
-        variant_cfg = replace(cfg, student=replace(cfg.student, **get_variant(name).overrides()))
+        variant_cfg = replace(cfg, student=get_variant(name).apply(cfg.student))
         pipeline.step_student(work, variant_cfg, fingerprint, strategy_step(name))
     report = ablation_report(work, variants)
     atomic_write_text(work.path(REPORT), report)

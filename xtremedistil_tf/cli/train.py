@@ -14,7 +14,14 @@ from absl import flags
 from xtremedistil_tf.cli.common import define_common_flags, flag_group, log_to_work_dir, one_line, run_app, run_main
 from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, DataConfig
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS
+from xtremedistil_tf.losses.sequence import TOKEN_LOSSES
+from xtremedistil_tf.losses.xtremedistil import REPRESENTATION_LOSSES
+from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, HEADS_ON, StudentArch
 from xtremedistil_tf.teachers.finetune import CRF_RECIPE, HEAD_INITS, SUPERVISIONS, FinetuneConfig, recipe_for
+from xtremedistil_tf.training.multigrained import LOSSES, MultiGrainedConfig
+from xtremedistil_tf.training.staged import DistilConfig
+from xtremedistil_tf.training.strategies import STRATEGIES
 from xtremedistil_tf.validation import check_overrides, check_ranges, check_tokenizer_files, teacher_config_of
 
 FLAGS = flags.FLAGS
@@ -89,46 +96,60 @@ flags.DEFINE_integer("shard_size", 1000, "Windows per teacher-output shard.")
 flags.DEFINE_integer("transfer_batch_size", 64, "Batch size when computing teacher outputs.")
 flags.DEFINE_enum("hidden_dtype", "float16", ["float16", "float32"], "Stored dtype of teacher hidden states.")
 
-flag_group("Student (XtremeDistil)")
+flag_group("Student")
 flags.DEFINE_bool("student", True, "Cache the teacher outputs and distil a student; --nostudent stops after "
                   "the teacher (fine-tuning only).")
-flags.DEFINE_enum("method", "xtremedistil", ["xtremedistil", "multigrained"],
+flags.DEFINE_enum("method", DistilConfig.method, [DistilConfig.method, MultiGrainedConfig.method],
                   "xtremedistil: softmax student, staged strategies (--strategy). multigrained: BiLSTM+CRF "
                   "student from the CRF teacher's k-best paths (needs --teacher_head=crf).")
-flags.DEFINE_enum("student_architecture", "bilstm", ["bilstm", "transformer"], "Student body.")
-flags.DEFINE_integer("student_embedding_dim", 300, "Student word-embedding size E (paper 300; its 35x configuration 50).")
-flags.DEFINE_integer("student_hidden", 600, "BiLSTM units per direction H (paper 600; its 35x configuration 200).")
-flags.DEFINE_integer("student_depth", 3, "Transformer student: blocks.")
-flags.DEFINE_integer("student_heads", 4, "Transformer student: attention heads.")
-flags.DEFINE_integer("student_ffn", 960, "Transformer student: feed-forward size.")
-flags.DEFINE_enum("student_embeddings", "svd", ["svd", "random", "teacher"],
+flags.DEFINE_enum("student_architecture", StudentArch.architecture, list(ARCHITECTURES), "Student body.")
+flags.DEFINE_integer("student_embedding_dim", StudentArch.embedding_dim,
+                     "Student word-embedding size E (paper 300; its 35x configuration 50).")
+flags.DEFINE_integer("student_hidden", StudentArch.hidden, "BiLSTM units per direction H (paper 600; its 35x "
+                     "configuration 200).")
+flags.DEFINE_integer("student_depth", StudentArch.depth, "Transformer student: blocks.")
+flags.DEFINE_integer("student_heads", StudentArch.heads, "Transformer student: attention heads.")
+flags.DEFINE_integer("student_ffn", StudentArch.ffn, "Transformer student: feed-forward size.")
+flags.DEFINE_enum("student_embeddings", StudentArch.embeddings, list(EMBEDDINGS),
                   "Word-embedding init: SVD of the teacher's embeddings to E dims, random, or the teacher's, frozen.")
-flags.DEFINE_float("student_dropout", 0.2, "Student dropout.")
-flags.DEFINE_enum("student_heads_on", "projection", ["projection", "states"],
+flags.DEFINE_float("student_dropout", StudentArch.dropout, "Student dropout.")
+# Each method's own default where these are left unset.
+flags.DEFINE_integer("student_batch_size", None, f"Student batch size. Default {DistilConfig.batch_size} "
+                     f"(xtremedistil, the paper's), {MultiGrainedConfig.batch_size} (multigrained).")
+flags.DEFINE_float("student_learning_rate", None, f"Adam peak rate; xtremedistil cosine-decays it to "
+                   f"{DistilConfig.min_learning_rate:g} in each step. Default {DistilConfig.learning_rate:g} "
+                   f"(xtremedistil), {MultiGrainedConfig.learning_rate:g} (multigrained).")
+flags.DEFINE_integer("student_patience", None, "Stop after this many epochs without a better dev score (an "
+                     f"xtremedistil step: lower dev loss). Default {DistilConfig.patience} (xtremedistil), "
+                     f"{MultiGrainedConfig.patience} (multigrained).")
+
+flag_group("Student (XtremeDistil)")
+flags.DEFINE_enum("student_heads_on", DistilConfig.heads_on, list(HEADS_ON),
                   "What the XtremeDistil student's logits and softmax heads read: the GELU projection (the "
                   "authors' code) or the BiLSTM/encoder states (the paper's equations; the projection is then "
                   "training-only and left out of the served graph). docs/students.md.")
-flags.DEFINE_enum("strategy", "D4.2", ["D0", "D0-S", "D1", "D2", "D3.1", "D3.2", "D4.1", "D4.2"],
-                  "Distillation strategy (XtremeDistil Table 3).")
-flags.DEFINE_integer("epochs_per_layer", 10, "Epochs per unfreezing step (best epoch by dev loss is kept).")
-flags.DEFINE_integer("student_patience", 3, "Stop a step after this many epochs without a lower dev loss.")
-flags.DEFINE_integer("student_batch_size", 512, "Student batch size (paper 512).")
-flags.DEFINE_float("student_learning_rate", 1e-3, "Adam peak rate, cosine-decayed to 1e-8 in each step.")
-flags.DEFINE_enum("representation_loss", "mse", ["mse", "kld"], "Representation loss (docs/students.md says why MSE is the default).")
-flags.DEFINE_float("alpha", 1.0, "Weight of the label cross-entropy in joint strategies.")
-flags.DEFINE_float("beta", 1.0, "Weight of the representation loss in joint strategies.")
-flags.DEFINE_float("gamma", 1.0, "Weight of the logit loss in joint strategies.")
+flags.DEFINE_enum("strategy", DistilConfig.strategy, list(STRATEGIES), "Distillation strategy (XtremeDistil Table 3).")
+flags.DEFINE_integer("epochs_per_layer", DistilConfig.epochs_per_layer,
+                     "Epochs per unfreezing step (best epoch by dev loss is kept).")
+flags.DEFINE_enum("representation_loss", DistilConfig.representation_loss, list(REPRESENTATION_LOSSES),
+                  "Representation loss (docs/students.md says why MSE is the default).")
+flags.DEFINE_float("alpha", DistilConfig.alpha, "Weight of the label cross-entropy in joint strategies.")
+flags.DEFINE_float("beta", DistilConfig.beta, "Weight of the representation loss in joint strategies.")
+flags.DEFINE_float("gamma", DistilConfig.gamma, "Weight of the logit loss in joint strategies.")
 
 flag_group("Multi-grained KD (--method=multigrained)")
-flags.DEFINE_integer("kbest", 5, "K of the teacher's k-best Viterbi surrogates (1-15).")
-flags.DEFINE_list("mg_losses", ["hard", "seq_ce", "seq_fuzzy"],
-                  "Loss terms: hard, seq_ce, seq_fuzzy, token_em, token_pos (default: the paper's SEQ, Eq. 8).")
-flags.DEFINE_enum("loss_weighting", "uncertainty", ["uncertainty", "equal"], "How the loss terms are combined.")
-flags.DEFINE_enum("token_loss", "ce", ["ce", "kl"],
+flags.DEFINE_integer("kbest", MultiGrainedConfig.kbest, "K of the teacher's k-best Viterbi surrogates (1-15).")
+flags.DEFINE_list("mg_losses", list(MultiGrainedConfig.losses),
+                  f"Loss terms: {', '.join(LOSSES)} (default: the paper's SEQ, Eq. 8).")
+flags.DEFINE_enum("loss_weighting", MultiGrainedConfig.weighting, list(LOSS_WEIGHTINGS),
+                  "How the loss terms are combined.")
+flags.DEFINE_enum("token_loss", MultiGrainedConfig.token_loss, list(TOKEN_LOSSES),
                   "token_em and token_pos as Eq. 10's cross-entropy (ce) or as the KL, which is 0 at a perfect match "
                   "(kl; under uncertainty weighting its lambda then grows without bound). docs/multigrained.md.")
-flags.DEFINE_integer("student_epochs", 30, "Epochs of multi-grained training (best dev F1 is kept).")
-flags.DEFINE_bool("use_unlabeled", True, "Train on the unlabeled transfer sentences too (the paper's DA).")
+flags.DEFINE_integer("student_epochs", MultiGrainedConfig.epochs, "Epochs of multi-grained training (best dev F1 "
+                     "is kept).")
+flags.DEFINE_bool("use_unlabeled", MultiGrainedConfig.use_unlabeled,
+                  "Train on the unlabeled transfer sentences too (the paper's DA).")
 
 flag_group("Run")
 flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
@@ -161,7 +182,7 @@ def check_flags() -> dict:
         raise ConfigError("--work_dir is required")
     check_ranges(FLAGS)
     for name, least in LEAST_VALUES.items():
-        if FLAGS[name].value < least:
+        if FLAGS[name].value is not None and FLAGS[name].value < least:
             raise ConfigError(f"--{name}={FLAGS[name].value}; expected at least {least}")
     try:
         overrides = json.loads(FLAGS.teacher_config_overrides)
@@ -216,8 +237,6 @@ def check_teacher(teacher) -> None:
 def config_from_flags():
     from xtremedistil_tf.data.loading import check_data_config
     from xtremedistil_tf.pipeline import RunConfig, TeacherConfig, TransferConfig
-    from xtremedistil_tf.training.student_run import StudentConfig
-
     overrides = check_flags()
     data = DataConfig(format=FLAGS.data_format, data_dir=FLAGS.data_dir, train_file=FLAGS.train_file,
                       dev_file=FLAGS.dev_file, test_file=FLAGS.test_file, langs=list(FLAGS.langs),
@@ -243,21 +262,26 @@ def config_from_flags():
     check_teacher(teacher)
     transfer = TransferConfig(shard_size=FLAGS.shard_size, batch_size=FLAGS.transfer_batch_size,
                               hidden_dtype=FLAGS.hidden_dtype, kbest=FLAGS.kbest if multigrained else 0)
-    student = StudentConfig(
-        method=FLAGS.method, losses=tuple(FLAGS.mg_losses), loss_weighting=FLAGS.loss_weighting,
-        token_loss=FLAGS.token_loss,
-        kbest=FLAGS.kbest, epochs=FLAGS.student_epochs, use_unlabeled=FLAGS.use_unlabeled,
-        architecture=FLAGS.student_architecture, embedding_dim=FLAGS.student_embedding_dim,
-        hidden=FLAGS.student_hidden, depth=FLAGS.student_depth, heads=FLAGS.student_heads, ffn=FLAGS.student_ffn,
-        embeddings=FLAGS.student_embeddings, dropout=FLAGS.student_dropout, heads_on=FLAGS.student_heads_on,
-        strategy=FLAGS.strategy,
-        epochs_per_layer=FLAGS.epochs_per_layer, patience=FLAGS.student_patience,
-        batch_size=FLAGS.student_batch_size, learning_rate=FLAGS.student_learning_rate,
-        representation_loss=FLAGS.representation_loss, alpha=FLAGS.alpha, beta=FLAGS.beta, gamma=FLAGS.gamma,
-        seed=FLAGS.seed) if FLAGS.student else None
+    student = student_from_flags() if FLAGS.student else None
     return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer, student=student,
                      overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress,
                      mixed_precision=FLAGS.mixed_precision, distribution=FLAGS.distribution)
+
+
+def student_from_flags():
+    """The method's config from the student flags; those left unset keep the config's defaults."""
+    arch = StudentArch(architecture=FLAGS.student_architecture, embedding_dim=FLAGS.student_embedding_dim,
+                       hidden=FLAGS.student_hidden, depth=FLAGS.student_depth, heads=FLAGS.student_heads,
+                       ffn=FLAGS.student_ffn, embeddings=FLAGS.student_embeddings, dropout=FLAGS.student_dropout)
+    common = {k: FLAGS[f"student_{k}"].value for k in ("batch_size", "learning_rate", "patience")
+              if FLAGS[f"student_{k}"].value is not None}
+    if FLAGS.method == MultiGrainedConfig.method:
+        return MultiGrainedConfig(arch=arch, losses=tuple(FLAGS.mg_losses), weighting=FLAGS.loss_weighting,
+                                  token_loss=FLAGS.token_loss, kbest=FLAGS.kbest, epochs=FLAGS.student_epochs,
+                                  use_unlabeled=FLAGS.use_unlabeled, seed=FLAGS.seed, **common)
+    return DistilConfig(arch=arch, heads_on=FLAGS.student_heads_on, strategy=FLAGS.strategy,
+                        epochs_per_layer=FLAGS.epochs_per_layer, representation_loss=FLAGS.representation_loss,
+                        alpha=FLAGS.alpha, beta=FLAGS.beta, gamma=FLAGS.gamma, seed=FLAGS.seed, **common)
 
 
 def train() -> None:

@@ -85,6 +85,16 @@ def run_app(main: Callable, doc: str, example: str) -> None:
     app.run(main, flags_parser=parse_flags)
 
 
+def command(body: Callable[[], None], doc: str, example: str):
+    """(main, run) of a command whose work is `body`: `main(argv)`, absl's entry point, runs it
+    under `run_main`; `run()`, what bin/ calls, is `run_app` over `main`."""
+    def main(argv) -> None:
+        del argv
+        run_main(body)
+
+    return main, lambda: run_app(main, doc, example)
+
+
 def define_common_flags() -> None:
     flag_group("General")
     flags.DEFINE_string("work_dir", "", "Directory that holds every artifact of the run.")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from absl import flags
 
-from xtremedistil_tf.cli.common import define_common_flags, flag_group, log_to_work_dir, one_line, run_app, run_main
+from xtremedistil_tf.cli.common import command, define_common_flags, flag_group, log_to_work_dir, one_line
 from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, DataConfig
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS
@@ -300,10 +300,4 @@ def train() -> None:
     print(f"report                     {report}", file=sys.stdout, flush=True)
 
 
-def main(argv) -> None:
-    del argv
-    run_main(train)
-
-
-def run() -> None:
-    run_app(main, __doc__, 'bin/train --flagfile=configs/demo.flags')
+main, run = command(train, __doc__, 'bin/train --flagfile=configs/demo.flags')

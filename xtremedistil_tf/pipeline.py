@@ -33,9 +33,9 @@ from xtremedistil_tf.io import atomic_write_json, read_json
 from xtremedistil_tf.lock import work_dir_lock
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult
 from xtremedistil_tf.training.distribute import make_distribution, scope_of, worker_work_dir
+from xtremedistil_tf.training.multigrained import LOSSES, TOKEN_LEVEL
 from xtremedistil_tf.training.precision import precision_policy
 from xtremedistil_tf.training.resume import EpochCheckpoint, stateful_dropout
-from xtremedistil_tf.training.multigrained import LOSSES, TOKEN_LEVEL
 from xtremedistil_tf.training.staged import DistilConfig
 from xtremedistil_tf.training.student_run import StudentConfig
 from xtremedistil_tf.workdir import STEP_FILE, WorkDir, with_inputs

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, toy_ner_sentences
+from conftest import REPO, toy_ner_sentences, train_configs
 from xtremedistil_tf import pipeline
 from xtremedistil_tf.data.loading import DataConfig
 from xtremedistil_tf.errors import ConfigError
@@ -202,26 +202,6 @@ def test_student_fingerprint_ignores_what_the_method_does_not_read():
     assert pipeline.student_fingerprint(mg) != pipeline.student_fingerprint(replace(mg, losses=("hard", "seq_ce")))
 
 
-# bin/train's flags are parsed in a subprocess (absl keeps one flag registry per process).
-_STUDENT_OF_FLAGS = """
-import json, sys
-import xtremedistil_tf
-from absl import flags
-from xtremedistil_tf import pipeline
-from xtremedistil_tf.cli import train as cli
-from xtremedistil_tf.errors import ConfigError
-out = []
-for argv in json.loads(sys.argv[1]):
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(["train", *argv])
-    try:
-        out.append(pipeline.student_fingerprint(cli.config_from_flags().student))
-    except ConfigError as e:
-        out.append({"error": str(e)})
-print(json.dumps(out))
-"""
-
-
 def test_student_flags_left_unset_keep_the_method_configs_defaults(tmp_path, tiny_bert_dir):
     """bin/train restates no student default: with no student flags its config is the method's
     dataclass as it is; a flag sets one field (the architecture's nested in `arch`)."""
@@ -231,11 +211,8 @@ def test_student_flags_left_unset_keep_the_method_configs_defaults(tmp_path, tin
     mg = ["--method=multigrained", "--teacher_head=crf"]
     cases = [[], mg, [*mg, "--student_batch_size=64", "--student_hidden=200", "--mg_losses=token_em,hard"],
              ["--student_patience=0", "--student_heads_on=states"], [*mg, "--mg_losses=hard,kl"]]
-    result = subprocess.run([sys.executable, "-c", _STUDENT_OF_FLAGS, json.dumps([base + c for c in cases])],
-                            capture_output=True, text=True, cwd=str(REPO), timeout=300,
-                            env={**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert result.returncode == 0, result.stderr[-2000:]
-    xd, multigrained, chosen, xd_chosen, refused = json.loads(result.stdout.splitlines()[-1])
+    xd, multigrained, chosen, xd_chosen, refused = train_configs([base + c for c in cases],
+                                                                 "pipeline.student_fingerprint(cfg.student)")
     assert xd == json.loads(json.dumps(pipeline.student_fingerprint(DistilConfig())))
     assert multigrained == json.loads(json.dumps(pipeline.student_fingerprint(MultiGrainedConfig())))
     assert (multigrained["batch_size"], multigrained["patience"], xd["batch_size"], xd["patience"]) == (32, 5, 512, 3)

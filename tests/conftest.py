@@ -1,6 +1,8 @@
 import fcntl
+import json
 import os
 import shutil
+import subprocess
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -21,6 +23,38 @@ SHARED = Path(os.environ.get("XTREMEDISTIL_SHARED", REPO.parent / "shared"))
 SHARED_DATA = SHARED / "data"
 # Reference outputs the project ships (tests/fixtures/README.md says what and from where).
 FIXTURES = REPO / "tests" / "fixtures"
+
+
+# bin/train's flags are parsed in a subprocess: a pytest worker may already hold another command's
+# flags of the same names (absl keeps one registry per process).
+_TRAIN_CONFIGS = """
+import json, sys
+import xtremedistil_tf
+from absl import flags
+from xtremedistil_tf import pipeline
+from xtremedistil_tf.cli import train as cli
+from xtremedistil_tf.errors import ConfigError
+out = []
+for argv in json.loads(sys.argv[1]):
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["train", *argv])
+    try:
+        cfg = cli.config_from_flags()
+        out.append(json.loads(json.dumps(eval(sys.argv[2]), default=str)))
+    except ConfigError as e:
+        out.append({"error": str(e)})
+print(json.dumps(out))
+"""
+
+
+def train_configs(argv_lists, of: str) -> list:
+    """What bin/train makes of each argument list: the JSON of the expression `of` over its
+    RunConfig `cfg` (and `pipeline`), or {"error": message}."""
+    result = subprocess.run([sys.executable, "-c", _TRAIN_CONFIGS, json.dumps(argv_lists), of], capture_output=True,
+                            text=True, cwd=str(REPO), timeout=300,
+                            env={**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.splitlines()[-1])
 
 
 # `--dist loadfile` (make test) hands the files out in order of their number of tests, so a slow

@@ -13,7 +13,8 @@ from xtremedistil_tf import ablate, pipeline
 from xtremedistil_tf.data.loading import DataConfig
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
-from xtremedistil_tf.training.student_run import StudentConfig
+from xtremedistil_tf.students import StudentArch
+from xtremedistil_tf.training.staged import DistilConfig
 
 LANGS = ["en", "de"]
 SIZES = {"train": 60, "dev": 15, "test": 15}
@@ -45,8 +46,8 @@ def tiny_config(work_dir, corpus, teacher_dir):
                                                                       # rate), BERT-initialised
                                                                       head_learning_rate=0.0, head_init="bert",
                                                                       progress=False))
-    student = StudentConfig(embedding_dim=8, hidden=8, epochs_per_layer=2, patience=2, batch_size=16,
-                            learning_rate=5e-2)
+    student = DistilConfig(arch=StudentArch(embedding_dim=8, hidden=8), epochs_per_layer=2, patience=2, batch_size=16,
+                           learning_rate=5e-2)
     return pipeline.RunConfig(work_dir=str(work_dir), data=data, teacher=teacher, student=student,
                               transfer=pipeline.TransferConfig(shard_size=64, batch_size=32), progress=False)
 

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from xtremedistil_tf import ablate, pipeline
 from xtremedistil_tf import ablate_multigrained as mg
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.training.multigrained import MultiGrainedConfig
-from xtremedistil_tf.training.student_run import StudentConfig
+from xtremedistil_tf.training.staged import DistilConfig
 
 SEQ = ("hard", "seq_fuzzy", "seq_ce")
 # The student rows of the paper's Table 1 and what they set: embeddings, losses, DA.
@@ -38,8 +39,9 @@ def test_every_paper_row_is_a_default_variant_with_the_papers_settings():
     names = [v.name for v in mg.VARIANTS]
     assert len(names) == len(set(names))
     for name, (embeddings, losses, unlabeled) in PAPER_TABLE1.items():
-        assert mg.get_variant(name).overrides() == {"embeddings": embeddings, "losses": losses,
-                                                    "use_unlabeled": unlabeled, "loss_weighting": "uncertainty"}
+        sc = mg.get_variant(name).apply(MultiGrainedConfig(weighting="equal"))
+        assert (sc.arch.embeddings, sc.losses, sc.use_unlabeled, sc.weighting) == \
+            (embeddings, losses, unlabeled, "uncertainty")
     assert [n for n in mg.TABLE1 if n in PAPER_TABLE1] == list(PAPER_TABLE1)
     for name, losses in PAPER_TABLE2.items():
         assert mg.get_variant(name).losses == losses and mg.get_variant(name).unlabeled and name in mg.TABLE2
@@ -49,13 +51,13 @@ def test_every_paper_row_is_a_default_variant_with_the_papers_settings():
     for auto, equal in mg.TABLE3:
         a, e = mg.get_variant(auto), mg.get_variant(equal)
         assert (a.weighting, e.weighting) == ("uncertainty", "equal")
-        assert {**a.overrides(), "loss_weighting": "equal"} == e.overrides()
+        assert replace(a.apply(MultiGrainedConfig()), weighting="equal") == e.apply(MultiGrainedConfig())
     tabled = set(mg.TABLE1) | set(mg.TABLE2) | {n for pair in mg.TABLE3 for n in pair}
     assert tabled == set(names)
     assert set(PAPER_TABLE1) | set(PAPER_TABLE2) | {"TE+SEQ@equal", "TE+DA+SEQ@equal"} <= set(mg.DEFAULT_VARIANTS)
     for variant in mg.VARIANTS:  # each is a valid student configuration
-        sc = StudentConfig(method="multigrained", **variant.overrides())
-        MultiGrainedConfig(losses=sc.losses, weighting=sc.loss_weighting)
+        sc = variant.apply(MultiGrainedConfig())   # replace() checks it as MultiGrainedConfig() does
+        assert (sc.arch.embeddings, sc.losses, sc.use_unlabeled) == (variant.embeddings, variant.losses, variant.unlabeled)
 
 
 def test_unknown_repeated_or_no_variants_are_refused():
@@ -71,7 +73,7 @@ def test_unknown_repeated_or_no_variants_are_refused():
 def multigrained_config(work_dir, head="crf", cache_k=5, student_k=5, method="multigrained"):
     return pipeline.RunConfig(work_dir=str(work_dir), teacher=pipeline.TeacherConfig(head=head),
                               transfer=pipeline.TransferConfig(kbest=cache_k),
-                              student=StudentConfig(method=method, kbest=student_k))
+                              student=MultiGrainedConfig(kbest=student_k) if method == "multigrained" else DistilConfig())
 
 
 @pytest.mark.parametrize("kwargs, variants, message", [
@@ -252,7 +254,7 @@ def test_bin_ablate_multigrained_resumes_and_reports_each_variant(tmp_path, toy_
     # Each variant really trained with its own settings: the report's settings are the step's fingerprint.
     fingerprint = json.load(open(step_json(work, "TE+DA+SEQ")))["fingerprint"]["student"]
     # The fingerprint lists loss terms in one canonical order (pipeline.student_fingerprint).
-    assert (fingerprint["embeddings"], sorted(fingerprint["losses"]), fingerprint["use_unlabeled"]) == \
+    assert (fingerprint["arch"]["embeddings"], sorted(fingerprint["losses"]), fingerprint["use_unlabeled"]) == \
         ("teacher", sorted(SEQ), True)
     assert infos["TE+SEQ"]["history"]["losses"] == list(SEQ)
     # A typo is refused in one line before any work.

@@ -197,17 +197,19 @@ def test_electra_student_reduces_the_embedding_width_not_the_hidden():
     from transformers import ElectraConfig
 
     from xtremedistil_tf.teachers.model import TokenTeacher
-    from xtremedistil_tf.training.student_run import StudentConfig, build_student
+    from xtremedistil_tf.students import StudentArch
+    from xtremedistil_tf.training.staged import DistilConfig
+    from xtremedistil_tf.training.student_run import build_student
 
     teacher = TokenTeacher(encoder_of(ElectraConfig(vocab_size=40, embedding_size=16, hidden_size=32,
                                                     num_hidden_layers=2, num_attention_heads=2,
                                                     intermediate_size=64)), TagVocab(TOY_LABELS), MAX_LEN)
     teacher.build_for_length()
     assert teacher.word_embeddings().shape == (40, 16) and teacher.hidden_size == 32
-    student = build_student(StudentConfig(embedding_dim=8, hidden=8), teacher, "IOB2")
+    student = build_student(DistilConfig(arch=StudentArch(embedding_dim=8, hidden=8)), teacher, "IOB2")
     assert student.get_layer("word_embedding").get_weights()[0].shape == (40, 8)
     with pytest.raises(ConfigError, match=r"embedding_dim=20 must be in \[1, 16\]"):
-        build_student(StudentConfig(embedding_dim=20, hidden=8), teacher, "IOB2")
+        build_student(DistilConfig(arch=StudentArch(embedding_dim=20, hidden=8)), teacher, "IOB2")
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -219,7 +221,8 @@ def roberta_run(tmp_path_factory, roberta_dir):
     from xtremedistil_tf import pipeline
     from xtremedistil_tf.data.loading import DataConfig
     from xtremedistil_tf.teachers.finetune import FinetuneConfig
-    from xtremedistil_tf.training.student_run import StudentConfig
+    from xtremedistil_tf.students import StudentArch
+    from xtremedistil_tf.training.staged import DistilConfig
 
     corpus = tmp_path_factory.mktemp("corpus")
     write_conll(corpus / "train.txt", toy_ner_sentences(40, seed=3))
@@ -233,8 +236,8 @@ def roberta_run(tmp_path_factory, roberta_dir):
         teacher=pipeline.TeacherConfig(name=str(roberta_dir), random_init=True, max_seq_length=MAX_LEN, dropout=0.0,
                                        layer=1, finetune=FinetuneConfig(epochs=2, batch_size=16, learning_rate=3e-3,
                                                                         progress=False)),
-        student=StudentConfig(embedding_dim=16, hidden=16, epochs_per_layer=2, patience=2, batch_size=16,
-                              learning_rate=2e-2, strategy="D2"),
+        student=DistilConfig(arch=StudentArch(embedding_dim=16, hidden=16), epochs_per_layer=2, patience=2,
+                             batch_size=16, learning_rate=2e-2, strategy="D2"),
         transfer=pipeline.TransferConfig(shard_size=64, batch_size=32), progress=False)
     return work, pipeline.run(cfg)
 

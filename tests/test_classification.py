@@ -14,7 +14,9 @@ from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError, DataFormatError
 from xtremedistil_tf.evaluate import class_scores
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
-from xtremedistil_tf.training.student_run import StudentConfig, load_student
+from xtremedistil_tf.students import StudentArch
+from xtremedistil_tf.training.staged import DistilConfig
+from xtremedistil_tf.training.student_run import load_student
 
 FILLERS = ["the", "in", "of", "to", "and", "at", "on", "is", "was"]
 
@@ -111,8 +113,8 @@ def classification_run(tmp_path_factory, tiny_bert_dir):
                                                                       # trains with it, BERT-initialised
                                                                       head_learning_rate=None, head_init="bert",
                                                                       patience=10, progress=False))
-    student = StudentConfig(embedding_dim=16, hidden=16, epochs_per_layer=3, patience=3, batch_size=32,
-                            learning_rate=2e-2, strategy="D4.1")
+    student = DistilConfig(arch=StudentArch(embedding_dim=16, hidden=16), epochs_per_layer=3, patience=3,
+                           batch_size=32, learning_rate=2e-2, strategy="D4.1")
     cfg = pipeline.RunConfig(work_dir=str(tmp_path_factory.mktemp("work")), data=data, teacher=teacher,
                              student=student, transfer=pipeline.TransferConfig(shard_size=64, batch_size=32),
                              progress=False)

@@ -11,7 +11,8 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.cache import load_manifest, read_sharded
 from xtremedistil_tf.training import multigrained as mg
 from xtremedistil_tf.training import student_run
-from xtremedistil_tf.training.student_run import StudentConfig, source_keys, staged_datasets
+from xtremedistil_tf.training.staged import DistilConfig
+from xtremedistil_tf.training.student_run import source_keys, staged_datasets
 
 SHAPE = dict(seq=8, hidden=4, kbest=2)
 BATCH, STEPS, LABELED = 8, 5, 40
@@ -50,7 +51,7 @@ def _pulled_by_staged(monkeypatch, directory, dev, shuffle_buffer=None):
     """Windows the staged transfer pipeline pulls from the cache for STEPS batches."""
     counter = Counter()
     monkeypatch.setattr(student_run, "read_sharded", counter.read_sharded(student_run.read_sharded))
-    cfg = StudentConfig(batch_size=BATCH, seed=0)
+    cfg = DistilConfig(batch_size=BATCH, seed=0)
     _, transfer_ds, _ = staged_datasets(cfg, directory, dev, LABELED, shuffle_buffer=shuffle_buffer)
     assert sum(1 for _ in transfer_ds.take(STEPS)) == STEPS
     train_count, transfer_count, dev_count = counter.counts
@@ -67,7 +68,7 @@ def test_staged_transfer_reads_the_same_for_a_5x_larger_cache(caches, monkeypatc
 
 
 def test_staged_sets_hold_only_what_their_losses_use(caches):
-    train_ds, transfer_ds, dev_ds = staged_datasets(StudentConfig(batch_size=BATCH), caches / "small",
+    train_ds, transfer_ds, dev_ds = staged_datasets(DistilConfig(batch_size=BATCH), caches / "small",
                                                     caches / "dev", LABELED)
     # The labeled set is shuffled whole: ids, mask and tags only, never the hidden states.
     assert set(train_ds.element_spec) == {"input_ids", "attention_mask", "label_ids"}
@@ -76,7 +77,7 @@ def test_staged_sets_hold_only_what_their_losses_use(caches):
     assert sum(int(b["input_ids"].shape[0]) for b in train_ds) == LABELED
     assert source_keys("D0-S", "transfer") == ("input_ids", "attention_mask", "label_ids")
     with pytest.raises(ConfigError, match="shuffle_buffer"):
-        staged_datasets(StudentConfig(), caches / "small", caches / "dev", LABELED, shuffle_buffer=0)
+        staged_datasets(DistilConfig(), caches / "small", caches / "dev", LABELED, shuffle_buffer=0)
 
 
 def _pulled_by_multigrained(directory, shuffle_buffer):

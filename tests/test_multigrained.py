@@ -277,17 +277,17 @@ def test_token_losses_are_eq10_cross_entropy_unless_token_loss_is_kl(teacher, da
 
 def test_token_loss_joins_the_fingerprint_of_students_with_token_losses(tmp_path):
     from xtremedistil_tf.pipeline import student_fingerprint
-    from xtremedistil_tf.training.student_run import StudentConfig
+    from xtremedistil_tf.training.staged import DistilConfig
     from xtremedistil_tf.workdir import WorkDir
 
     def fingerprint(**kwargs):
-        return {"student": student_fingerprint(StudentConfig(method="multigrained", **kwargs))}
+        return {"student": student_fingerprint(MultiGrainedConfig(**kwargs))}
 
     assert fingerprint(losses=("hard", "token_pos"))["student"]["token_loss"] == "ce"
     assert fingerprint(losses=("hard", "token_em"), token_loss="kl")["student"]["token_loss"] == "kl"
     # Without a token loss it changes nothing, so those work dirs still match.
     assert "token_loss" not in fingerprint(losses=("hard", "seq_ce"))["student"]
-    assert "token_loss" not in student_fingerprint(StudentConfig(token_loss="kl"))   # an XtremeDistil student
+    assert "token_loss" not in student_fingerprint(DistilConfig())   # an XtremeDistil student
     # A student whose token loss was the KL before the flag existed (no token_loss recorded) is refused.
     work = WorkDir(tmp_path / "w")
     old = fingerprint(losses=("hard", "token_em"))

@@ -6,13 +6,16 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, toy_ner_sentences
+from conftest import REPO, toy_ner_sentences, train_configs
 from xtremedistil_tf import pipeline
 from xtremedistil_tf.data.loading import DataConfig
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.cache import read_sharded
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
-from xtremedistil_tf.training.student_run import StudentConfig, load_student
+from xtremedistil_tf.students import StudentArch
+from xtremedistil_tf.training.multigrained import MultiGrainedConfig
+from xtremedistil_tf.training.staged import DistilConfig
+from xtremedistil_tf.training.student_run import load_student
 
 
 def write_conll(path, sentences):
@@ -38,8 +41,8 @@ def toy_config(work_dir, corpus, teacher_dir):
                                                                       # trains with it, BERT-initialised
                                                                       head_learning_rate=None, head_init="bert",
                                                                       progress=False))
-    student = StudentConfig(embedding_dim=16, hidden=16, epochs_per_layer=2, patience=2, batch_size=32,
-                            learning_rate=2e-2, strategy="D4.2")
+    student = DistilConfig(arch=StudentArch(embedding_dim=16, hidden=16), epochs_per_layer=2, patience=2, batch_size=32,
+                           learning_rate=2e-2, strategy="D4.2")
     return pipeline.RunConfig(work_dir=str(work_dir), data=data, teacher=teacher, student=student,
                               transfer=pipeline.TransferConfig(shard_size=64, batch_size=32), progress=False)
 
@@ -134,8 +137,8 @@ def test_multigrained_method_runs_end_to_end(tmp_path, toy_corpus, tiny_bert_dir
     assert not os.path.exists(os.path.join(cfg.work_dir, "transfer"))
     assert "teacher outputs" not in pipeline.summary_table(cfg.work_dir, metrics)
     # Then the same work dir distils: the teacher is reused, the outputs are cached now.
-    cfg.student = StudentConfig(method="multigrained", embedding_dim=16, hidden=16, kbest=3, epochs=6,
-                                batch_size=16, learning_rate=2e-2, patience=6, losses=("hard", "seq_ce"))
+    cfg.student = MultiGrainedConfig(arch=StudentArch(embedding_dim=16, hidden=16), kbest=3, epochs=6,
+                                     batch_size=16, learning_rate=2e-2, patience=6, losses=("hard", "seq_ce"))
     metrics = pipeline.run(cfg)
     example = next(read_sharded(os.path.join(cfg.work_dir, "transfer")).as_numpy_iterator())
     assert example["kbest_tags"].shape == (3, 16)
@@ -175,25 +178,53 @@ def test_tensorboard_logs_every_training_step(finished_run):
     assert all(0 < v <= cfg.student.learning_rate for _, v in student["learning_rate"])
 
 
-def test_student_fingerprint_keeps_heads_on_only_where_it_changes_the_student():
-    """The default (and CRF students, which have no such heads) leave it out, so work dirs made
-    before --student_heads_on existed still match; "states" makes another student."""
-    from dataclasses import replace
+def test_student_fingerprint_is_the_config_less_how_it_runs():
+    """asdict of the method's config (the architecture nested): heads_on="states" makes another
+    XtremeDistil student; CRF students have no such heads; pad_id, verbose, run_eagerly, progress
+    and log_dir (compare=False) make no other student."""
+    from dataclasses import asdict, replace
 
-    xd = StudentConfig()
-    assert "heads_on" not in pipeline.student_fingerprint(xd)
+    xd = DistilConfig()
+    assert pipeline.student_fingerprint(xd)["heads_on"] == "projection"
     assert pipeline.student_fingerprint(replace(xd, heads_on="states"))["heads_on"] == "states"
-    mg = StudentConfig(method="multigrained")
-    assert pipeline.student_fingerprint(mg) == pipeline.student_fingerprint(replace(mg, heads_on="states"))
+    assert pipeline.student_fingerprint(xd)["arch"] == asdict(StudentArch()) != \
+        pipeline.student_fingerprint(replace(xd, arch=StudentArch(hidden=200)))["arch"]
+    assert pipeline.student_fingerprint(replace(xd, pad_id=7, verbose=1, run_eagerly=True)) == \
+        pipeline.student_fingerprint(xd)
+    assert set(pipeline.student_fingerprint(xd)) == {f for f in asdict(xd) if f not in ("pad_id", "verbose", "run_eagerly")}
+    mg = MultiGrainedConfig()
+    assert "heads_on" not in pipeline.student_fingerprint(mg) and pipeline.student_fingerprint(mg)["method"] == "multigrained"
+    assert pipeline.student_fingerprint(replace(mg, run_eagerly=True, progress=True, log_dir="x")) == \
+        pipeline.student_fingerprint(mg)
 
 
 def test_student_fingerprint_ignores_what_the_method_does_not_read():
     from dataclasses import replace
 
-    xd = StudentConfig(method="xtremedistil")
-    # Multi-grained settings do not make an XtremeDistil student.
-    assert pipeline.student_fingerprint(xd) == pipeline.student_fingerprint(replace(xd, losses=("hard",), kbest=3))
-    assert "losses" not in pipeline.student_fingerprint(xd)
-    mg = StudentConfig(method="multigrained", losses=("seq_fuzzy", "hard", "seq_ce"))
+    xd = DistilConfig()
+    # Multi-grained settings are not an XtremeDistil student's, nor XtremeDistil's a multi-grained one's.
+    assert not {"losses", "kbest", "weighting", "use_unlabeled"} & set(pipeline.student_fingerprint(xd))
+    assert not {"strategy", "epochs_per_layer", "alpha"} & set(pipeline.student_fingerprint(MultiGrainedConfig()))
+    mg = MultiGrainedConfig(losses=("seq_fuzzy", "hard", "seq_ce"))
     assert pipeline.student_fingerprint(mg)["losses"] == ["hard", "seq_ce", "seq_fuzzy"]
     assert pipeline.student_fingerprint(mg) != pipeline.student_fingerprint(replace(mg, losses=("hard", "seq_ce")))
+
+
+def test_student_flags_left_unset_keep_the_method_configs_defaults(tmp_path, tiny_bert_dir):
+    """bin/train restates no student default: with no student flags its config is the method's
+    dataclass as it is; a flag sets one field (the architecture's nested in `arch`)."""
+    (tmp_path / "train.txt").write_text("John B-PER\nlives O\n\n", encoding="utf-8")
+    base = [f"--data_dir={tmp_path}", "--train_file=train.txt", "--dev_fraction=0.5", f"--teacher={tiny_bert_dir}",
+            "--teacher_random_init", f"--work_dir={tmp_path / 'w'}", "--teacher_layer=1"]
+    mg = ["--method=multigrained", "--teacher_head=crf"]
+    cases = [[], mg, [*mg, "--student_batch_size=64", "--student_hidden=200", "--mg_losses=token_em,hard"],
+             ["--student_patience=0", "--student_heads_on=states"], [*mg, "--mg_losses=hard,kl"]]
+    xd, multigrained, chosen, xd_chosen, refused = train_configs([base + c for c in cases],
+                                                                 "pipeline.student_fingerprint(cfg.student)")
+    assert xd == json.loads(json.dumps(pipeline.student_fingerprint(DistilConfig())))
+    assert multigrained == json.loads(json.dumps(pipeline.student_fingerprint(MultiGrainedConfig())))
+    assert (multigrained["batch_size"], multigrained["patience"], xd["batch_size"], xd["patience"]) == (32, 5, 512, 3)
+    assert (chosen["batch_size"], chosen["arch"]["hidden"], chosen["losses"], chosen["token_loss"]) == \
+        (64, 200, ["hard", "token_em"], "ce")
+    assert (xd_chosen["patience"], xd_chosen["heads_on"], xd_chosen["batch_size"]) == (0, "states", 512)
+    assert "losses" in refused["error"]

@@ -304,9 +304,12 @@ def test_empty_train_split_with_unlabeled_text(token_checkpoint, corpus, tmp_pat
 
     from xtremedistil_tf import pipeline
     from xtremedistil_tf.teachers.saved import load_teacher
-    from xtremedistil_tf.training.student_run import StudentConfig, distil, staged_sources
+    from xtremedistil_tf.students import StudentArch
+    from xtremedistil_tf.training.staged import DistilConfig
+    from xtremedistil_tf.training.student_run import distil, staged_sources
 
-    student = StudentConfig(embedding_dim=8, hidden=8, epochs_per_layer=1, patience=1, batch_size=8, strategy="D2")
+    student = DistilConfig(arch=StudentArch(embedding_dim=8, hidden=8), epochs_per_layer=1, patience=1, batch_size=8,
+                           strategy="D2")
     cfg = _run_config(tmp_path, corpus, token_checkpoint[0], "", student)
     work = pipeline.WorkDir(str(tmp_path))
     fingerprint = pipeline.step_teacher(work, cfg, pipeline.step_data(work, cfg))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import TOY_LABELS, toy_ner_sentences
+from conftest import TOY_LABELS, toy_ner_sentences, train_configs
 from xtremedistil_tf.data.alignment import encode
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
@@ -38,46 +38,16 @@ def test_unknown_choices_are_refused():
         FinetuneConfig(supervision="words")
 
 
-# bin/train's flags are parsed in a subprocess: a pytest worker may already hold another command's
-# flags of the same names (absl keeps one registry per process).
-_PARSE = """
-import json, sys
-import xtremedistil_tf
-from absl import flags
-from xtremedistil_tf.cli import train as cli
-from xtremedistil_tf.errors import ConfigError
-out = []
-for argv in json.loads(sys.argv[1]):
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(["train", *argv])
-    try:
-        out.append(cli.config_from_flags().teacher.finetune.to_dict())
-    except ConfigError as e:
-        out.append({"error": str(e)})
-print(json.dumps(out))
-"""
-
-
 @pytest.fixture
 def parsed_flags(tmp_path, tiny_bert_dir):
     """The teacher recipe bin/train makes of each argument list (or {"error": message})."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from conftest import REPO
-
     (tmp_path / "train.txt").write_text("John B-PER\nlives O\n\n", encoding="utf-8")
     base = [f"--data_dir={tmp_path}", "--train_file=train.txt", "--dev_fraction=0.5", f"--teacher={tiny_bert_dir}",
             "--teacher_random_init", f"--work_dir={tmp_path / 'w'}", "--nostudent", "--teacher_layer=1"]
 
     def parse(*argv_lists):
-        result = subprocess.run([sys.executable, "-c", _PARSE, json.dumps([base + list(a) for a in argv_lists])],
-                                capture_output=True, text=True, cwd=str(REPO), timeout=300,
-                                env={**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
-        assert result.returncode == 0, result.stderr[-2000:]
-        return [FinetuneConfig(**r) if "error" not in r else r for r in json.loads(result.stdout.splitlines()[-1])]
+        recipes = train_configs([base + list(a) for a in argv_lists], "cfg.teacher.finetune.to_dict()")
+        return [FinetuneConfig(**r) if "error" not in r else r for r in recipes]
 
     return parse
 

@@ -174,7 +174,7 @@ def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, la
                                      [splits[split][i] for i in idx], cfg.data.scheme)
                 for i, t in zip(idx, tags):
                     predicted[split][i] = t
-            save_student(tmp / f"student-{lang}", student, sc.architecture, tokenizer, teacher.tag_vocab,
+            save_student(tmp / f"student-{lang}", student, sc.arch.architecture, tokenizer, teacher.tag_vocab,
                          cfg.data.scheme, teacher.max_seq_length)
         # Pooling every language's own predictions gives the overall score, and per language
         # exactly what that language's student scores on its own sentences.

@@ -15,8 +15,8 @@ seed from the same teacher and cache, as ablate.py does for the strategies; Tabl
 the mean ± std over seeds, a Seeds table each seed's F1, and uncertainty against equal weighting
 is checked seed by seed (the report code is ablate.py's).
 
-A variant is data: the four StudentConfig fields it sets (embeddings, losses, loss_weighting,
-use_unlabeled). Every other student setting (K, epochs, sizes, rates) comes from the flags.
+A variant is data: the four MultiGrainedConfig settings it sets (arch.embeddings, losses,
+weighting, use_unlabeled). Every other student setting (K, epochs, sizes, rates) comes from the flags.
 SEQ is the paper's L^u_Seq-all (Eq. 8-9): hard + seq_fuzzy + seq_ce.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ EQUAL = "@equal"                                                       # name su
 
 @dataclass(frozen=True)
 class Variant:
-    """One student of the ablation: the StudentConfig fields it overrides."""
+    """One student of the ablation: the MultiGrainedConfig settings it overrides."""
 
     name: str
     losses: Tuple[str, ...]
@@ -56,9 +56,10 @@ class Variant:
     weighting: str = "uncertainty"   # Eq. 9 (auto), or equal (Table 3)
     default: bool = True             # in the default --variants
 
-    def overrides(self) -> dict:
-        return {"embeddings": self.embeddings, "losses": self.losses, "use_unlabeled": self.unlabeled,
-                "loss_weighting": self.weighting}
+    def apply(self, student):
+        """`student` (a MultiGrainedConfig) with this variant's four settings."""
+        return replace(student, arch=replace(student.arch, embeddings=self.embeddings), losses=self.losses,
+                       use_unlabeled=self.unlabeled, weighting=self.weighting)
 
 
 def _equal(variant: Variant, default: bool = True) -> Variant:
@@ -136,7 +137,7 @@ def run_variants(cfg: pipeline.RunConfig, variants: Sequence[str], seeds: Option
         log.warning("no unlabeled transfer sentences (--transfer_file): the +DA variants see the labeled windows only")
     for seed, student in seeded_students(cfg.student, seeds):
         for name in variants:
-            variant_cfg = replace(cfg, student=replace(student, **get_variant(name).overrides()))
+            variant_cfg = replace(cfg, student=get_variant(name).apply(student))
             pipeline.step_student(work, variant_cfg, fingerprint, strategy_step(name, seed))
     report = ablation_report(work, variants, seeds)
     atomic_write_text(work.path(REPORT), report)

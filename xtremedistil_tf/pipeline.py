@@ -19,7 +19,7 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -33,8 +33,10 @@ from xtremedistil_tf.io import atomic_write_json, read_json
 from xtremedistil_tf.lock import work_dir_lock
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult
 from xtremedistil_tf.training.distribute import make_distribution, scope_of, worker_work_dir
+from xtremedistil_tf.training.multigrained import LOSSES, TOKEN_LEVEL
 from xtremedistil_tf.training.precision import precision_policy
 from xtremedistil_tf.training.resume import EpochCheckpoint, stateful_dropout
+from xtremedistil_tf.training.staged import DistilConfig
 from xtremedistil_tf.training.student_run import StudentConfig
 from xtremedistil_tf.workdir import STEP_FILE, WorkDir, with_inputs
 
@@ -72,7 +74,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     transfer: TransferConfig = field(default_factory=TransferConfig)
-    student: Optional[StudentConfig] = field(default_factory=StudentConfig)   # None: stop after transfer
+    student: Optional[StudentConfig] = field(default_factory=DistilConfig)   # None: stop after transfer
     overwrite: bool = False
     progress: bool = True
     # float32 | mixed_float16 | mixed_bfloat16 (training/precision.py); an execution setting, not
@@ -324,30 +326,21 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
     return fingerprint
 
 
-# StudentConfig fields only multi-grained distillation reads.
-MULTIGRAINED_FIELDS = ("losses", "loss_weighting", "token_loss", "kbest", "epochs", "use_unlabeled")
-
-
 def student_fingerprint(sc: StudentConfig) -> dict:
-    """The settings that make a student: an XtremeDistil student leaves out the multi-grained
-    fields (so their defaults can change without refusing its work dirs), a CRF student or the
-    default leaves out heads_on, and the loss terms are
-    listed in one canonical order (their order does not change the loss). token_loss counts only
-    with a token loss (token_em, token_pos): a work dir whose token losses were made before it
-    existed (they were the KL then) is refused as made by another configuration."""
-    from xtremedistil_tf.training.multigrained import LOSSES, TOKEN_LEVEL
-
-    fields = asdict(sc)
-    # heads_on is left out where it has no effect (CRF students) or keeps its default, so work
-    # dirs made before it existed still match.
-    if sc.method == "multigrained" or sc.heads_on == "projection":
-        del fields["heads_on"]
-    if sc.method != "multigrained":
-        return {k: v for k, v in fields.items() if k not in MULTIGRAINED_FIELDS}
-    fields["losses"] = sorted(fields["losses"], key=lambda n: LOSSES.index(n) if n in LOSSES else len(LOSSES))
-    if not set(sc.losses) & set(TOKEN_LEVEL):
-        del fields["token_loss"]
-    return fields
+    """The settings that make a student: `asdict` of its config less how the run executes (fields
+    with compare=False). A multi-grained student lists its loss terms in one canonical order (their
+    order does not change the loss), and token_loss only with a token loss (token_em, token_pos):
+    a work dir whose token losses were made before it existed (they were the KL then) is refused as
+    made by another configuration."""
+    fingerprint = asdict(sc)
+    for f in fields(sc):
+        if not f.compare:
+            del fingerprint[f.name]
+    if sc.method == "multigrained":
+        fingerprint["losses"] = sorted(sc.losses, key=LOSSES.index)
+        if not set(sc.losses) & set(TOKEN_LEVEL):
+            del fingerprint["token_loss"]
+    return fingerprint
 
 
 def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "student", distribution=None):
@@ -382,7 +375,7 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
         scores = {split: evaluate_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
                                           splits[split], cfg.data.scheme, decoder)
                   for split in ("dev", "test") if splits[split]}
-        save_student(tmp, student, sc.architecture, tokenizer, teacher.tag_vocab, cfg.data.scheme,
+        save_student(tmp, student, sc.arch.architecture, tokenizer, teacher.tag_vocab, cfg.data.scheme,
                      teacher.max_seq_length, decoder)
         return {"history": history.to_dict(), "train_seconds": seconds, "scores": scores,
                 "parameters": int(student.count_params())}
@@ -421,7 +414,7 @@ def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, split
     scores = {split: evaluate_classifier_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
                                                  splits[split])
               for split in ("dev", "test") if splits[split]}
-    save_student(tmp, student, cfg.student.architecture, tokenizer, teacher.tag_vocab, cfg.data.scheme,
+    save_student(tmp, student, cfg.student.arch.architecture, tokenizer, teacher.tag_vocab, cfg.data.scheme,
                  teacher.max_seq_length, CLASSIFIER)
     return {"history": history.to_dict(), "train_seconds": seconds, "scores": scores,
             "parameters": int(student.count_params())}

@@ -86,7 +86,8 @@ def figure1_points(metrics: dict, config: dict, latency: Optional[dict]) -> List
     if not latency:
         return []
     by_name = {name: _test_f1(s["scores"]) for name, s in metrics.get("students", {}).items()}
-    own = config.get("student") or {}
+    student = config.get("student") or {}
+    own = student.get("arch", student)   # the config.json of a run before StudentArch: one flat dict
     if "student" in metrics and own.get("embedding_dim") and own.get("hidden"):
         by_name.setdefault(f"{own['embedding_dim']}x{own['hidden']}", _test_f1(metrics["student"]["scores"]))
     points = []

@@ -353,6 +353,7 @@ def work_dir_students(work_dir) -> str:
     if not path.exists():
         raise ValueError(f"--work_dir={work_dir}: no config.json (a bin/train work dir); pass --students")
     student = json.loads(path.read_text(encoding="utf-8")).get("student") or {}
+    student = student.get("arch", student)   # the config.json of a run before StudentArch: one flat dict
     sized = student.get("embedding_dim") and student.get("hidden")
     if student.get("architecture", "bilstm") != "bilstm" or not sized:
         raise ValueError(f"--work_dir={work_dir}: its student is not a BiLSTM with embedding_dim and hidden "

@@ -124,13 +124,12 @@ def train_staged(transfer_dir, dev_dir, steps: int) -> Dict[str, float]:
 
     from xtremedistil_tf.students import build_bilstm_student
     from xtremedistil_tf.training.staged import DistilConfig, train_student
-    from xtremedistil_tf.training.student_run import StudentConfig, staged_datasets
+    from xtremedistil_tf.training.student_run import staged_datasets
 
-    cfg = StudentConfig(batch_size=BATCH, seed=0)
-    tf.keras.utils.set_random_seed(cfg.seed)
-    train_ds, transfer_ds, dev_ds = staged_datasets(cfg, transfer_dir, dev_dir, LABELED)
+    config = DistilConfig(pad_id=PAD_ID, epochs_per_layer=1, patience=None, batch_size=BATCH, seed=0)
+    tf.keras.utils.set_random_seed(config.seed)
+    train_ds, transfer_ds, dev_ds = staged_datasets(config, transfer_dir, dev_dir, LABELED)
     student = build_bilstm_student(VOCAB, TAGS, embedding_dim=EMBEDDING, hidden=UNITS, teacher_hidden=HIDDEN)
-    config = DistilConfig(pad_id=PAD_ID, epochs_per_layer=1, patience=None)
     before, start = _rss_mib(), time.perf_counter()
     history = train_student("D4.2", student, train_ds, transfer_ds.take(steps), dev_ds, config)
     return {"rss_before_mib": before, "seconds": time.perf_counter() - start, "fits": len(history.steps)}

@@ -26,7 +26,7 @@ from absl import flags
 from xtremedistil_tf.ablate import ALL_STRATEGIES
 from xtremedistil_tf.ablate_multigrained import DEFAULT_VARIANTS, VARIANTS
 from xtremedistil_tf.cli import train as train_cli
-from xtremedistil_tf.cli.common import log_to_work_dir, run_app, run_main
+from xtremedistil_tf.cli.common import command, log_to_work_dir
 from xtremedistil_tf.errors import ConfigError
 
 FLAGS = flags.FLAGS
@@ -67,10 +67,4 @@ def ablate() -> None:
     print(f"\nfull report: {cfg.work_dir}/ablation.md", file=sys.stdout, flush=True)
 
 
-def main(argv) -> None:
-    del argv
-    run_main(ablate)
-
-
-def run() -> None:
-    run_app(main, __doc__, 'bin/ablate --flagfile=configs/wikiann.flags --data_dir=DIR --langs=en,de --work_dir=runs/ablate --strategies=D0,D0-S,D4.2')
+main, run = command(ablate, __doc__, 'bin/ablate --flagfile=configs/wikiann.flags --data_dir=DIR --langs=en,de --work_dir=runs/ablate --strategies=D0,D0-S,D4.2')

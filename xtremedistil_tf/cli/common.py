@@ -69,7 +69,7 @@ def _describe(flag) -> str:
         name = f"--[no]{flag.name}"
     else:
         name = f"--{flag.name}"
-    default = flag.default_as_str if flag.default is not None else "(recipe default)"
+    default = flag.default_as_str if flag.default is not None else "(below)"
     # An enum's help already starts with its values: "<softmax|crf>: ...".
     return f"{name} (default {default}): {' '.join(flag.help.split())}"
 
@@ -83,6 +83,16 @@ def run_app(main: Callable, doc: str, example: str) -> None:
         print(help_text(doc, example, full="--helpfull" in asked))
         sys.exit(0)
     app.run(main, flags_parser=parse_flags)
+
+
+def command(body: Callable[[], None], doc: str, example: str):
+    """(main, run) of a command whose work is `body`: `main(argv)`, absl's entry point, runs it
+    under `run_main`; `run()`, what bin/ calls, is `run_app` over `main`."""
+    def main(argv) -> None:
+        del argv
+        run_main(body)
+
+    return main, lambda: run_app(main, doc, example)
 
 
 def define_common_flags() -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from absl import flags
 
-from xtremedistil_tf.cli.common import define_common_flags, log_to_work_dir, run_app, run_main
+from xtremedistil_tf.cli.common import command, define_common_flags, log_to_work_dir
 from xtremedistil_tf.errors import ConfigError
 
 FLAGS = flags.FLAGS
@@ -184,10 +184,4 @@ def distill() -> None:
     print(f"student: {work / 'student'}", file=sys.stdout, flush=True)
 
 
-def main(argv) -> None:
-    del argv
-    run_main(distill)
-
-
-def run() -> None:
-    run_app(main, __doc__, 'bin/distill_lm --data_dir=DIR --langs=en --hidden=96 --variant=DualTrain+SharedProjUp --work_dir=runs/subwords/h96')
+main, run = command(distill, __doc__, 'bin/distill_lm --data_dir=DIR --langs=en --hidden=96 --variant=DualTrain+SharedProjUp --work_dir=runs/subwords/h96')

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
-from xtremedistil_tf.cli.common import define_common_flags, run_app, run_main
+from xtremedistil_tf.cli.common import command, define_common_flags
 from xtremedistil_tf.data.loading import DATA_FORMATS
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
@@ -234,10 +234,4 @@ def evaluate() -> None:
     print(format_scores(scores), file=sys.stdout, flush=True)
 
 
-def main(argv) -> None:
-    del argv
-    run_main(evaluate)
-
-
-def run() -> None:
-    run_app(main, __doc__, 'bin/evaluate --model=runs/demo/student --data_format=demo')
+main, run = command(evaluate, __doc__, 'bin/evaluate --model=runs/demo/student --data_format=demo')

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from absl import flags
 
-from xtremedistil_tf.cli.common import define_common_flags, run_app, run_main
+from xtremedistil_tf.cli.common import command, define_common_flags
 from xtremedistil_tf.errors import ConfigError
 
 FLAGS = flags.FLAGS
@@ -107,10 +107,4 @@ def export() -> None:
     print(target, flush=True)
 
 
-def main(argv) -> None:
-    del argv
-    run_main(export)
-
-
-def run() -> None:
-    run_app(main, __doc__, 'bin/export --work_dir=runs/demo')
+main, run = command(export, __doc__, 'bin/export --work_dir=runs/demo')

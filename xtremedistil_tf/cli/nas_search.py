@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,10 @@ from absl import flags
 
 from xtremedistil_tf.cli.common import define_common_flags, log_to_work_dir, run_app, run_main
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.losses.hidden import MAPPINGS
+from xtremedistil_tf.nas.controller import ControllerConfig
+from xtremedistil_tf.nas.distill import OBJECTIVES, DistillConfig
+from xtremedistil_tf.nas.search import SearchConfig
 
 FLAGS = flags.FLAGS
 log = logging.getLogger("nas_search")
@@ -27,9 +32,9 @@ flags.DEFINE_string("teacher", "minilm", "BERT-family teacher: a local dir, hub 
 flags.DEFINE_string("text_file", "", "Unlabeled text, one sentence per line.")
 flags.DEFINE_string("wikiann_dir", "", "WikiAnn root (<dir>/<lang>/train); its sentences are used without tags.")
 flags.DEFINE_list("langs", ["en"], "WikiAnn languages.")
-flags.DEFINE_integer("max_seq_length", 64, "Word pieces per sentence (longer ones are truncated).")
+flags.DEFINE_integer("max_seq_length", DistillConfig.max_seq_length, "Word pieces per sentence (longer ones are truncated).")
 flags.DEFINE_integer("eval_sentences", 500, "Held-out sentences the distillation loss is measured on.")
-flags.DEFINE_integer("seed", 0, "Seed of the data split, the students' init and the search.")
+flags.DEFINE_integer("seed", SearchConfig.seed, "Seed of the data split, the students' init and the search.")
 # Search space
 flags.DEFINE_list("layers", ["3", "4", "6", "10", "12"], "Candidate layer counts (Table 1).")
 flags.DEFINE_list("heads", ["2", "3", "4", "6", "12"], "Candidate attention-head counts (Table 1).")
@@ -39,15 +44,15 @@ flags.DEFINE_list("activations", ["gelu", "relu", "silu"], "Candidate activation
 flags.DEFINE_bool("allow_deeper_students", False, "Keep students deeper than the teacher in the space (their "
                   "lower layers then share teacher layer 1 under the Last mapping).")
 # Distillation
-flags.DEFINE_enum("objective", "hs", ["hs", "minilm", "hs+minilm"], "Distillation loss (the reward's loss is "
+flags.DEFINE_enum("objective", DistillConfig.objective, list(OBJECTIVES), "Distillation loss (the reward's loss is "
                   "always the objective's total on the held-out sentences).")
-flags.DEFINE_enum("mapping", "uniform+last", ["last-1", "last", "uniform", "uniform+last"], "Hidden-state layer mapping.")
-flags.DEFINE_enum("hs_reduction", "mean", ["mean", "sum"], "Hidden-state loss over mapped pairs: mean (default, "
+flags.DEFINE_enum("mapping", DistillConfig.mapping, list(MAPPINGS), "Hidden-state layer mapping.")
+flags.DEFINE_enum("hs_reduction", DistillConfig.hs_reduction, ["mean", "sum"], "Hidden-state loss over mapped pairs: mean (default, "
                   "keeps 1 - loss positive for every depth) or sum (Eq. 1).")
-flags.DEFINE_integer("relation_heads", 48, "MiniLMv2 relation heads (must divide both hidden sizes).")
-flags.DEFINE_integer("relation_teacher_layer", 0, "MiniLMv2 teacher layer (0: second-last).")
-flags.DEFINE_integer("batch_size", 32, "Distillation batch size.")
-flags.DEFINE_float("learning_rate", 8e-4, "Peak AdamW learning rate of distillation.")
+flags.DEFINE_integer("relation_heads", DistillConfig.relation_heads, "MiniLMv2 relation heads (must divide both hidden sizes).")
+flags.DEFINE_integer("relation_teacher_layer", DistillConfig.relation_teacher_layer, "MiniLMv2 teacher layer (0: second-last).")
+flags.DEFINE_integer("batch_size", DistillConfig.batch_size, "Distillation batch size.")
+flags.DEFINE_float("learning_rate", DistillConfig.learning_rate, "Peak AdamW learning rate of distillation.")
 flags.DEFINE_integer("proxy_sentences", 2000, "Proxy set: sentences each candidate is distilled on.")
 flags.DEFINE_integer("proxy_epochs", 1, "Proxy set: epochs per candidate (paper: 4 on 30%).")
 flags.DEFINE_bool("proxy_eager", True, "Proxy distillation without tf.function: tracing teacher and student "
@@ -68,14 +73,14 @@ flags.DEFINE_list("latency_lengths", [], "Sentence lengths in word pieces to tim
 flags.DEFINE_integer("latency_verify", 6, "Full models timed to check the additive latency model.")
 flags.DEFINE_integer("num_threads", 1, "TensorFlow intra-op threads (latency is measured on one core by default).")
 # Search
-flags.DEFINE_integer("episodes", 15, "Episodes M.")
-flags.DEFINE_integer("candidates", 20, "Candidates N per episode.")
-flags.DEFINE_float("epsilon_start", 1.0, "Exploration ratio of episode 1.")
-flags.DEFINE_float("epsilon_min", 0.05, "Lowest exploration ratio.")
-flags.DEFINE_float("epsilon_decay", 0.05, "Exploration ratio decrease per episode.")
-flags.DEFINE_integer("controller_units", 32, "Controller LSTM cells.")
-flags.DEFINE_float("controller_learning_rate", 1e-4, "Controller RMSProp learning rate.")
-flags.DEFINE_integer("controller_epochs", 10, "Controller epochs per episode.")
+flags.DEFINE_integer("episodes", SearchConfig.episodes, "Episodes M.")
+flags.DEFINE_integer("candidates", SearchConfig.candidates, "Candidates N per episode.")
+flags.DEFINE_float("epsilon_start", SearchConfig.epsilon_start, "Exploration ratio of episode 1.")
+flags.DEFINE_float("epsilon_min", SearchConfig.epsilon_min, "Lowest exploration ratio.")
+flags.DEFINE_float("epsilon_decay", SearchConfig.epsilon_decay, "Exploration ratio decrease per episode.")
+flags.DEFINE_integer("controller_units", ControllerConfig.units, "Controller LSTM cells.")
+flags.DEFINE_float("controller_learning_rate", ControllerConfig.learning_rate, "Controller RMSProp learning rate.")
+flags.DEFINE_integer("controller_epochs", ControllerConfig.epochs, "Controller epochs per episode.")
 flags.DEFINE_integer("top_k", 3, "Architectures listed as the search's result.")
 flags.DEFINE_integer("random_baselines", 3, "Random architectures per seed distilled on the same proxy (Table 3).")
 flags.DEFINE_list("random_seeds", ["1"], "Seeds of the random baselines.")
@@ -97,8 +102,6 @@ def search_space(num_teacher_layers: int):
 
 
 def distill_config(epochs: int, eager: bool = False):
-    from xtremedistil_tf.nas.distill import DistillConfig
-
     return DistillConfig(eager=eager, objective=FLAGS.objective, mapping=FLAGS.mapping, hs_reduction=FLAGS.hs_reduction,
                          relation_heads=FLAGS.relation_heads, relation_teacher_layer=FLAGS.relation_teacher_layer,
                          epochs=epochs, batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
@@ -191,9 +194,8 @@ def random_baselines(ctx: Context, evaluate) -> list:
 
 
 def run_search_mode() -> None:
-    from xtremedistil_tf.nas.controller import ControllerConfig
     from xtremedistil_tf.nas.report import plot_loss_latency, write_report
-    from xtremedistil_tf.nas.search import SearchConfig, run_search, top_records
+    from xtremedistil_tf.nas.search import run_search, top_records
     from xtremedistil_tf.io import atomic_write_json
 
     ctx = Context(FLAGS.proxy_sentences)
@@ -205,7 +207,7 @@ def run_search_mode() -> None:
     settings = {"teacher": FLAGS.teacher, "data": [FLAGS.text_file, FLAGS.wikiann_dir, list(FLAGS.langs)],
                 "proxy_sentences": FLAGS.proxy_sentences, "eval_sentences": FLAGS.eval_sentences,
                 "max_seq_length": FLAGS.max_seq_length,
-                "distill": distill_config(FLAGS.proxy_epochs, FLAGS.proxy_eager).to_dict(),
+                "distill": asdict(distill_config(FLAGS.proxy_epochs, FLAGS.proxy_eager)),
                 "alpha": FLAGS.alpha, "beta": FLAGS.beta, "teacher_latency_ms": table.teacher_ms}
     search = SearchConfig(FLAGS.episodes, FLAGS.candidates, FLAGS.epsilon_start, FLAGS.epsilon_min,
                           FLAGS.epsilon_decay, FLAGS.seed)
@@ -257,7 +259,7 @@ def run_distill_mode() -> None:
     scores = distiller.evaluate(ctx.eval_ids)
     table = ctx.existing_latency_table()  # read last: a search may be building it meanwhile
     info = {**describe(arch, student), "teacher": FLAGS.teacher, "train_sentences": len(ctx.train_ids),
-            "eval_sentences": len(ctx.eval_ids), "config": config.to_dict(), "train_loss": history,
+            "eval_sentences": len(ctx.eval_ids), "config": asdict(config), "train_loss": history,
             "eval": scores, "latency_ms": table.latency(arch) if table else None,
             "teacher_latency_ms": table.teacher_ms if table else None}
     output = Path(FLAGS.output_dir or work / "students" / arch.key.replace(",", "_"))

@@ -16,7 +16,7 @@ import sys
 
 from absl import flags
 
-from xtremedistil_tf.cli.common import define_common_flags, run_app, run_main
+from xtremedistil_tf.cli.common import command, define_common_flags
 from xtremedistil_tf.errors import ConfigError
 
 FLAGS = flags.FLAGS
@@ -65,10 +65,4 @@ def predict_lines() -> None:
             out.close()
 
 
-def main(argv) -> None:
-    del argv
-    run_main(predict_lines)
-
-
-def run() -> None:
-    run_app(main, __doc__, 'echo "John lives in Paris" | bin/predict --model=runs/demo/export/ner')
+main, run = command(predict_lines, __doc__, 'echo "John lives in Paris" | bin/predict --model=runs/demo/export/ner')

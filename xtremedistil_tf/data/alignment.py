@@ -28,16 +28,20 @@ SPECIAL_TAGS = (X_TAG, CLS_TAG, SEP_TAG, PAD_TAG)
 
 
 class TagVocab:
-    """Piece-level tag ids: the word labels followed by X, [CLS], [SEP], [PAD]."""
+    """Piece-level tag ids: the word labels followed by the `markers` X, [CLS], [SEP], [PAD]."""
+
+    markers = SPECIAL_TAGS
+    DUPLICATE = "duplicate labels in {}"
+    UNKNOWN = "tag {!r} is not one of the model's labels {}"
 
     def __init__(self, labels: Sequence[str]):
-        clash = [t for t in SPECIAL_TAGS if t in labels]
+        clash = [t for t in self.markers if t in labels]
         if clash:
             raise ConfigError(f"labels {clash} are reserved for word-piece markers; rename them in the data")
         if len(set(labels)) != len(labels):
-            raise ConfigError(f"duplicate labels in {list(labels)}")
+            raise ConfigError(self.DUPLICATE.format(list(labels)))
         self.labels = list(labels)
-        self.tags = self.labels + list(SPECIAL_TAGS)
+        self.tags = self.labels + list(self.markers)
         self._index = {t: i for i, t in enumerate(self.tags)}
 
     def __len__(self) -> int:
@@ -47,7 +51,7 @@ class TagVocab:
         try:
             return self._index[tag]
         except KeyError:
-            raise ConfigError(f"tag {tag!r} is not one of the model's labels {self.labels}") from None
+            raise ConfigError(self.UNKNOWN.format(tag, self.labels)) from None
 
     @property
     def x_id(self) -> int:

@@ -11,34 +11,25 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from xtremedistil_tf.data.alignment import length_batches
+from xtremedistil_tf.data.alignment import TagVocab, length_batches
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 
 NO_LABEL = -1  # the class id of unlabeled texts; losses skip it
 
 
-class ClassVocab:
-    """Class ids in the order of `labels`. Shares the interface the students and caches read
-    from a TagVocab (`labels`, `tags`, `id`, `pad_id`, `len`)."""
+class ClassVocab(TagVocab):
+    """Class ids in the order of `labels`: a TagVocab without piece markers (the interface the
+    students and caches read: `labels`, `tags`, `id`, `pad_id`, `len`)."""
+
+    markers = ()
+    DUPLICATE = "duplicate class labels in {}"
+    UNKNOWN = "class {!r} is not one of the teacher's classes {}"
 
     def __init__(self, labels: Sequence[str]):
-        if len(set(labels)) != len(labels):
-            raise ConfigError(f"duplicate class labels in {list(labels)}")
         if not labels:
             raise ConfigError("no class labels: the labeled splits carry none")
-        self.labels = list(labels)
-        self.tags = self.labels
-        self._index = {label: i for i, label in enumerate(self.labels)}
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def id(self, label: str) -> int:
-        try:
-            return self._index[label]
-        except KeyError:
-            raise ConfigError(f"class {label!r} is not one of the teacher's classes {self.labels}") from None
+        super().__init__(labels)
 
     @property
     def pad_id(self) -> int:

@@ -11,7 +11,7 @@ mean; standardising changes no ranking, which is all the search uses.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -24,20 +24,16 @@ from xtremedistil_tf.nas.space import Arch, SearchSpace
 
 @dataclass
 class ControllerConfig:
-    """Paper defaults (appendix B): 32 LSTM cells, RMSProp (rho 0.95) at 1e-4 with exponential decay,
-    10 epochs per episode."""
+    """The reward predictor's training; defaults are the paper's (appendix B) where it gives them."""
 
-    units: int = 32
-    learning_rate: float = 1e-4
-    decay_steps: int = 100
+    units: int = 32                  # LSTM cells
+    learning_rate: float = 1e-4      # RMSProp's, decayed exponentially:
+    decay_steps: int = 100           # x decay_rate every decay_steps steps
     decay_rate: float = 0.96
-    rho: float = 0.95
-    epochs: int = 10
+    rho: float = 0.95                # RMSProp's
+    epochs: int = 10                 # per episode
     batch_size: int = 16
     seed: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class Controller:

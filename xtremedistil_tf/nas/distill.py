@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -40,17 +40,17 @@ class DistillConfig:
     """Defaults follow appendix B where it applies at this scale (AdamW, betas 0.9/0.98, linear
     schedule with warm-up); the paper's peak 8e-4 is for batch 32."""
 
-    objective: str = "hs"
-    mapping: str = "uniform+last"
-    hs_reduction: str = "mean"
-    relation_heads: int = 48
+    objective: str = "hs"            # one of OBJECTIVES
+    mapping: str = "uniform+last"    # hidden-state layer mapping (losses.hidden.MAPPINGS)
+    hs_reduction: str = "mean"       # the hidden-state loss over mapped pairs: mean | sum (Eq. 1)
+    relation_heads: int = 48         # MiniLMv2 relation heads (divide both hidden sizes)
     relation_teacher_layer: int = 0  # 0: the teacher's second-last layer
     epochs: int = 1
     batch_size: int = 32
-    learning_rate: float = 8e-4
-    warmup_fraction: float = 0.05
+    learning_rate: float = 8e-4      # AdamW's peak
+    warmup_fraction: float = 0.05    # of the steps, linear
     weight_decay: float = 0.01
-    max_seq_length: int = 64
+    max_seq_length: int = 64         # pieces per sentence
     seed: int = 0
     eager: bool = False  # train without tf.function: faster for a few dozen steps (no tracing)
 
@@ -59,9 +59,6 @@ class DistillConfig:
             raise ConfigError(f"distillation objective {self.objective!r}; expected one of {', '.join(OBJECTIVES)}")
         if self.epochs < 1 or self.batch_size < 1:
             raise ConfigError(f"distillation needs epochs >= 1 and batch_size >= 1 (got {self.epochs}, {self.batch_size})")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def load_teacher(name_or_path: str):

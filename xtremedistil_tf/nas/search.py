@@ -28,15 +28,12 @@ from xtremedistil_tf.nas.space import Arch, SearchSpace
 
 @dataclass
 class SearchConfig:
-    episodes: int = 15
-    candidates: int = 20
-    epsilon_start: float = 1.0
+    episodes: int = 15               # M
+    candidates: int = 20             # N per episode
+    epsilon_start: float = 1.0       # the exploration ratio of episode 1 (`epsilon`)
     epsilon_min: float = 0.05
-    epsilon_decay: float = 0.05
+    epsilon_decay: float = 0.05      # per episode
     seed: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def epsilon(episode: int, config: SearchConfig) -> float:
@@ -87,7 +84,7 @@ def train_controller(controller: Controller, records: List[dict], epochs: Option
 
 
 def _fresh_state(space: SearchSpace, config: SearchConfig, controller_config: ControllerConfig, extra: dict) -> dict:
-    return {"space": space.to_dict(), "search": config.to_dict(), "controller": controller_config.to_dict(),
+    return {"space": space.to_dict(), "search": asdict(config), "controller": asdict(controller_config),
             "settings": extra, "episodes_done": 0, "records": [], "plan": None}
 
 

@@ -26,7 +26,7 @@ import tensorflow as tf
 from xtremedistil_tf.crf.layer import CRF
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.students.layers import SequenceMask
-from xtremedistil_tf.students.models import build_bilstm_student, build_transformer_student
+from xtremedistil_tf.students.models import StudentArch, build_bilstm_student, build_transformer_student
 from xtremedistil_tf.teachers.crf_head import piece_crf_constraints
 
 # (allowed [N, N], start_allowed [N], end_allowed [N]) bool masks, as piece_crf_constraints returns.
@@ -70,8 +70,9 @@ def build_bilstm_crf_student(vocab_size: int, num_tags: int, constraints: Option
 
 
 def build_transformer_crf_student(vocab_size: int, num_tags: int, constraints: Optional[Constraints] = None,
-                                  embedding_dim: int = 240, depth: int = 3, heads: int = 4, ffn: int = 960,
-                                  max_length: int = 512, dropout: float = 0.2,
+                                  embedding_dim: int = 240, depth: int = StudentArch.depth,
+                                  heads: int = StudentArch.heads, ffn: int = StudentArch.ffn,
+                                  max_length: int = 512, dropout: float = StudentArch.dropout,
                                   embeddings: Optional[np.ndarray] = None, freeze_embeddings: bool = False,
                                   name: str = "transformer_crf_student") -> tf.keras.Model:
     """`build_transformer_student`'s body (layer `encoder`) with the CRF head; inputs and outputs

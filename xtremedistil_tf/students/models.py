@@ -18,6 +18,7 @@ trained on labels). The layer names `word_embedding`, `bilstm`/`encoder`, `proje
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -28,6 +29,24 @@ from xtremedistil_tf.students.layers import SequenceMask, TransformerEncoder
 
 OUTPUTS = ("projection", "logits", "probs")
 HEADS_ON = ("projection", "states")
+ARCHITECTURES = ("bilstm", "transformer")
+EMBEDDINGS = ("svd", "random", "teacher")   # SVD of the teacher's word embeddings to E, random, the teacher's (frozen)
+
+
+@dataclass
+class StudentArch:
+    """What a student of either method is built of (training/student_run.build_student). Paper
+    defaults (Table 12): E=300 (SVD of the teacher's embeddings), H=2x600, dropout 0.2; its 35x
+    configuration is E=50, H=200."""
+
+    architecture: str = "bilstm"     # one of ARCHITECTURES
+    embedding_dim: int = 300         # E
+    hidden: int = 600                # BiLSTM units per direction H
+    depth: int = 3                   # transformer blocks
+    heads: int = 4                   # transformer attention heads
+    ffn: int = 960                   # transformer feed-forward size
+    embeddings: str = "svd"          # one of EMBEDDINGS
+    dropout: float = 0.2
 
 
 def _inputs():
@@ -65,14 +84,15 @@ def _finish(model: tf.keras.Model, embeddings: Optional[np.ndarray], freeze_embe
     return model
 
 
-def build_bilstm_student(vocab_size: int, num_tags: int, embedding_dim: int = 300, hidden: int = 600,
-                         teacher_hidden: int = 768, dropout: float = 0.2,
+def build_bilstm_student(vocab_size: int, num_tags: int, embedding_dim: int = StudentArch.embedding_dim,
+                         hidden: int = StudentArch.hidden, teacher_hidden: int = 768,
+                         dropout: float = StudentArch.dropout,
                          embeddings: Optional[np.ndarray] = None, freeze_embeddings: bool = False,
                          name: str = "bilstm_student", heads_on: str = "projection") -> tf.keras.Model:
     """Token-tagging student: embeddings, one BiLSTM layer (`hidden` units per direction), heads.
 
     Inputs {"input_ids", "attention_mask"} [B, T] int32; outputs as in the module docstring.
-    Paper defaults (Table 12): E=300 (SVD of the teacher's embeddings), H=2x600, dropout 0.2.
+    Defaults: StudentArch's (the paper's).
     `embeddings` [vocab_size, embedding_dim] initialises the word embeddings (e.g.
     `svd_reduce(teacher.word_embeddings(), E)`, or the teacher's own matrix with
     `freeze_embeddings=True`); None keeps a random uniform(-0.1, 0.1) init. `heads_on`:
@@ -90,9 +110,10 @@ def build_bilstm_student(vocab_size: int, num_tags: int, embedding_dim: int = 30
     return _finish(model, embeddings, freeze_embeddings)
 
 
-def build_transformer_student(vocab_size: int, num_tags: int, embedding_dim: int = 240, depth: int = 3,
-                              heads: int = 4, ffn: int = 960, teacher_hidden: int = 768,
-                              max_length: int = 512, dropout: float = 0.2,
+def build_transformer_student(vocab_size: int, num_tags: int, embedding_dim: int = 240,
+                              depth: int = StudentArch.depth, heads: int = StudentArch.heads,
+                              ffn: int = StudentArch.ffn, teacher_hidden: int = 768, max_length: int = 512,
+                              dropout: float = StudentArch.dropout,
                               embeddings: Optional[np.ndarray] = None, freeze_embeddings: bool = False,
                               name: str = "transformer_student", heads_on: str = "projection") -> tf.keras.Model:
     """Token-tagging student with a `depth`-block transformer (layer `encoder`) instead of the BiLSTM.
@@ -111,8 +132,9 @@ def build_transformer_student(vocab_size: int, num_tags: int, embedding_dim: int
     return _finish(model, embeddings, freeze_embeddings)
 
 
-def build_bilstm_classifier(vocab_size: int, num_classes: int, embedding_dim: int = 300, hidden: int = 600,
-                            teacher_hidden: int = 768, dropout: float = 0.2,
+def build_bilstm_classifier(vocab_size: int, num_classes: int, embedding_dim: int = StudentArch.embedding_dim,
+                            hidden: int = StudentArch.hidden, teacher_hidden: int = 768,
+                            dropout: float = StudentArch.dropout,
                             embeddings: Optional[np.ndarray] = None, freeze_embeddings: bool = False,
                             name: str = "bilstm_classifier", heads_on: str = "projection") -> tf.keras.Model:
     """Sentence-classification student (paper 6.6): the BiLSTM's last states (forward state at the

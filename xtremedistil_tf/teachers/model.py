@@ -24,7 +24,19 @@ from xtremedistil_tf.losses.xtremedistil import cross_entropy, label_mask
 FORMAT_VERSION = 1
 
 
-class TokenTeacher(tf.keras.Model):
+class EncoderSizes:
+    """A teacher's depth and width, read from its `encoder`'s transformers config."""
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.encoder.config.num_hidden_layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.encoder.config.hidden_size)
+
+
+class TokenTeacher(EncoderSizes, tf.keras.Model):
     """Transformer encoder + dropout + dense logits over the piece-level tag vocabulary.
 
     `call` returns logits [B, T, num_tags]; `call_with_hidden(inputs, layer)` also returns
@@ -43,14 +55,6 @@ class TokenTeacher(tf.keras.Model):
             len(tag_vocab), name="logits",
             kernel_initializer=tf.keras.initializers.TruncatedNormal(
                 stddev=getattr(encoder.config, "initializer_range", 0.02)))
-
-    @property
-    def num_layers(self) -> int:
-        return int(self.encoder.config.num_hidden_layers)
-
-    @property
-    def hidden_size(self) -> int:
-        return int(self.encoder.config.hidden_size)
 
     def _encode(self, inputs, training, output_hidden_states):
         return self.encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],

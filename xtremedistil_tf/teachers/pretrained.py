@@ -34,7 +34,7 @@ from xtremedistil_tf.data.alignment import SPECIAL_TAGS, TagVocab, Windows, deco
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.teachers.labelmap import class_label_map, token_label_map
-from xtremedistil_tf.teachers.model import FORMAT_VERSION, check_layer_range, load_tokenizer
+from xtremedistil_tf.teachers.model import FORMAT_VERSION, EncoderSizes, check_layer_range, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class _ColumnLabels:
         return self.word_labels[column] if column < len(self.word_labels) else default
 
 
-class PretrainedTokenTeacher(tf.keras.Model):
+class PretrainedTokenTeacher(EncoderSizes, tf.keras.Model):
     """A fine-tuned token-classification checkpoint read through a label map (module doc)."""
 
     task = TOKEN
@@ -97,14 +97,6 @@ class PretrainedTokenTeacher(tf.keras.Model):
     def encoder(self):
         """The checkpoint's base model (word embeddings and sizes are read from it)."""
         return self.model.base_model
-
-    @property
-    def num_layers(self) -> int:
-        return int(self.model.config.num_hidden_layers)
-
-    @property
-    def hidden_size(self) -> int:
-        return int(self.model.config.hidden_size)
 
     @property
     def head_variables(self):

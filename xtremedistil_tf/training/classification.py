@@ -18,7 +18,7 @@ from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.students.models import build_bilstm_classifier
 from xtremedistil_tf.teachers.classifier import score_texts
-from xtremedistil_tf.training.staged import EvaluateFn, head_argmax_fn, train_student
+from xtremedistil_tf.training.staged import DistilConfig, EvaluateFn, head_argmax_fn, train_student
 from xtremedistil_tf.training.distribute import scope_of
 from xtremedistil_tf.training.resume import EpochCheckpoint
 from xtremedistil_tf.training.student_run import (StudentConfig, build_resumable, distil_config, staged_sources,
@@ -28,17 +28,18 @@ from xtremedistil_tf.training.tensorboard import EpochScalars, ScalarLog
 
 
 def build_classifier_student(cfg: StudentConfig, teacher) -> tf.keras.Model:
-    """The BiLSTM classifier for `teacher`'s pieces and classes (embeddings as `cfg.embeddings`)."""
-    if cfg.architecture != "bilstm":
+    """The BiLSTM classifier for `teacher`'s pieces and classes (embeddings as `cfg.arch.embeddings`)."""
+    arch = cfg.arch
+    if arch.architecture != "bilstm":
         raise ConfigError(f"sentence classification has a BiLSTM student only; got --student_architecture="
-                          f"{cfg.architecture}")
+                          f"{arch.architecture}")
     if cfg.method != "xtremedistil":
         raise ConfigError(f"--method={cfg.method} is for CRF taggers; sentence classification uses xtremedistil")
     matrix = teacher.word_embeddings()
-    embeddings, frozen = student_embeddings(cfg, matrix)
+    embeddings, frozen = student_embeddings(arch, matrix)
     return build_bilstm_classifier(
-        vocab_size=matrix.shape[0], num_classes=len(teacher.tag_vocab), hidden=cfg.hidden, dropout=cfg.dropout,
-        embedding_dim=matrix.shape[1] if cfg.embeddings == "teacher" else cfg.embedding_dim,
+        vocab_size=matrix.shape[0], num_classes=len(teacher.tag_vocab), hidden=arch.hidden, dropout=arch.dropout,
+        embedding_dim=matrix.shape[1] if arch.embeddings == "teacher" else arch.embedding_dim,
         teacher_hidden=teacher.hidden_size, embeddings=embeddings, freeze_embeddings=frozen, heads_on=cfg.heads_on)
 
 
@@ -60,7 +61,7 @@ def make_dev_class_f1(sentences: Sequence[Sentence], tokenizer, vocab: ClassVoca
     return dev_f1
 
 
-def distil_classifier(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_texts: int,
+def distil_classifier(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_texts: int,
                       dev: Sequence[Sentence], progress: bool = False, log_dir=None, checkpoint_dir=None,
                       distribution=None):
     """Distil a new classifier with the configured strategy; returns (student, history).

@@ -40,6 +40,7 @@ from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS, loss_weighting
 from xtremedistil_tf.losses import registry, sequence
 from xtremedistil_tf.losses.sequence import hard_targets
+from xtremedistil_tf.students.models import StudentArch
 from xtremedistil_tf.teachers.multigrained_outputs import check_kbest
 from xtremedistil_tf.training.distribute import scope_of, shard_by_data
 from xtremedistil_tf.training.precision import with_loss_scaling
@@ -60,9 +61,13 @@ EvaluateFn = Callable[[tf.keras.Model], float]
 
 @dataclass
 class MultiGrainedConfig:
-    """Settings of a multi-grained run (paper grid, Table 6: batch {16..128}, lr {1e-3, 5e-4})."""
+    """A multi-grained student (paper grid, Table 6: batch {16..128}, lr {1e-3, 5e-4}): its
+    architecture, loss terms (default the paper's SEQ, Eq. 8), their weighting, the token losses'
+    form, K of the k-best surrogates, whether unlabeled transfer windows join (DA; student_run),
+    and the schedule. `run_eagerly`, `progress` and `log_dir` say how a run executes, not what it
+    makes (compare=False: left out of the fingerprint)."""
 
-    losses: Tuple[str, ...] = ("hard", "seq_ce")
+    losses: Tuple[str, ...] = ("hard", "seq_ce", "seq_fuzzy")
     weighting: str = "uncertainty"   # uncertainty | equal
     token_loss: str = sequence.DEFAULT_TOKEN_LOSS   # ce (Eq. 10) | kl, of token_em and token_pos
     kbest: int = 5                   # K of the k-best surrogates used (<= the cache's K)
@@ -73,11 +78,14 @@ class MultiGrainedConfig:
     seed: int = 42
     clipnorm: Optional[float] = 5.0  # global gradient norm clip (LSTMs on a CRF NLL spike early)
     shuffle_buffer: int = 50_000
+    use_unlabeled: bool = True
+    arch: StudentArch = field(default_factory=StudentArch)
+    method: str = field(default="multigrained", init=False)
     # Tracing the step (BiLSTM + CRF scans + their gradients) costs tens of seconds on a CPU; for
     # tiny students (tests, smoke runs) running eagerly is faster overall.
-    run_eagerly: bool = False
-    progress: bool = False           # a progress bar per epoch
-    log_dir: Optional[str] = None    # TensorBoard scalars per epoch (training/tensorboard.py)
+    run_eagerly: bool = field(default=False, compare=False)
+    progress: bool = field(default=False, compare=False)        # a progress bar per epoch
+    log_dir: Optional[str] = field(default=None, compare=False)  # TensorBoard scalars per epoch (training/tensorboard.py)
 
     def __post_init__(self):
         self.losses = tuple(self.losses)

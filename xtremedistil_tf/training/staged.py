@@ -28,7 +28,7 @@ from xtremedistil_tf.data.alignment import CompiledPerStudent, Windows, predict_
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.xtremedistil import DEFAULT_REPRESENTATION_LOSS, TEACHER_MASK
-from xtremedistil_tf.students.models import encoder_layer_name
+from xtremedistil_tf.students.models import StudentArch, encoder_layer_name
 from xtremedistil_tf.teachers.finetune import trim_to_longest
 from xtremedistil_tf.training.callbacks import BatchBar, BestSoFar
 from xtremedistil_tf.training.distribute import scope_of, shard_by_data
@@ -44,22 +44,31 @@ EvaluateFn = Callable[[tf.keras.Model, str], float]
 
 @dataclass
 class DistilConfig:
-    """Settings of a staged run. `pad_id` is the TagVocab's [PAD] id (CE skips PAD-tagged pieces)."""
+    """An XtremeDistil student: its architecture, what its heads read (students.models), the
+    strategy and each step's schedule (Adam, cosine decay from `learning_rate` to
+    `min_learning_rate` over `epochs_per_layer` epochs). `pad_id` (the TagVocab's [PAD] id: CE
+    skips PAD-tagged pieces; `student_run.distil_config` sets it), `verbose` and `run_eagerly` say
+    how a run executes, not what it makes (compare=False: left out of the fingerprint)."""
 
-    pad_id: int
+    method: str = field(default="xtremedistil", init=False)
+    arch: StudentArch = field(default_factory=StudentArch)
+    heads_on: str = "projection"     # one of students.models.HEADS_ON
+    strategy: str = "D4.2"
     epochs_per_layer: int = 10
     patience: Optional[int] = 3
+    batch_size: int = 512            # paper: 512
     learning_rate: float = 1e-3
     min_learning_rate: float = 1e-8
     alpha: float = 1.0  # Eq. 7 weights: CE, representation, logits
     beta: float = 1.0
     gamma: float = 1.0
     representation_loss: str = DEFAULT_REPRESENTATION_LOSS
-    verbose: int = 0
+    seed: int = 42  # epoch seeds (data order, dropout) derive from it: training/resume.py
+    pad_id: Optional[int] = field(default=None, compare=False)
+    verbose: int = field(default=0, compare=False)
     # Every step compiles a fresh model, so graph tracing is paid per step; for tiny students on a
     # CPU (tests, smoke runs) eager execution is faster overall.
-    run_eagerly: bool = False
-    seed: int = 0  # epoch seeds (data order, dropout) derive from it: training/resume.py
+    run_eagerly: bool = field(default=False, compare=False)
 
     def weight(self, value) -> float:
         """A loss term's weight: a number, or the name of one of alpha/beta/gamma."""

@@ -11,9 +11,9 @@ Saved student layout (what `bin/export`, `bin/evaluate` and `load_student` read)
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -26,60 +26,30 @@ from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_deco
 from xtremedistil_tf.export.student import StudentMeta, load_student_dir, write_student_dir
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.losses import registry
-from xtremedistil_tf.losses.sequence import DEFAULT_TOKEN_LOSS
 from xtremedistil_tf.losses.xtremedistil import TEACHER_MASK, teacher_mask
 from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
+from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, StudentArch
 from xtremedistil_tf.teachers.cache import load_manifest, read_sharded
 from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
+from xtremedistil_tf.training.multigrained import MultiGrainedConfig
 from xtremedistil_tf.training.staged import INPUT_KEYS, DistilConfig, batched, make_dev_f1, train_student
 from xtremedistil_tf.training.strategies import get_strategy
 from xtremedistil_tf.training.tensorboard import EpochScalars, ScalarLog
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class StudentConfig:
-    method: str = "xtremedistil"     # xtremedistil (softmax student, staged strategies) | multigrained (CRF student)
-    architecture: str = "bilstm"     # bilstm | transformer
-    embedding_dim: int = 300         # E (paper: 300; the 35x configuration uses 50)
-    hidden: int = 600                # BiLSTM units per direction H (paper: 600; 35x: 200)
-    depth: int = 3                   # transformer blocks
-    heads: int = 4
-    ffn: int = 960
-    embeddings: str = "svd"          # svd (of the teacher's word embeddings) | random | teacher (frozen)
-    dropout: float = 0.2
-    heads_on: str = "projection"     # XtremeDistil students: what logits and softmax read (students.models)
-    strategy: str = "D4.2"
-    epochs_per_layer: int = 10
-    patience: int = 3
-    batch_size: int = 512            # paper: 512
-    learning_rate: float = 1e-3
-    representation_loss: str = "mse"
-    alpha: float = 1.0
-    beta: float = 1.0
-    gamma: float = 1.0
-    # multigrained only (paper Tables 1-3): the loss terms, their weighting, the token losses'
-    # form (Eq. 10's ce, or kl), K of the k-best surrogates, epochs, and whether unlabeled
-    # transfer sentences are used (DA).
-    losses: Tuple[str, ...] = ("hard", "seq_ce", "seq_fuzzy")   # the paper's SEQ (Eq. 8)
-    loss_weighting: str = "uncertainty"
-    token_loss: str = DEFAULT_TOKEN_LOSS
-    kbest: int = 5
-    epochs: int = 30
-    use_unlabeled: bool = True
-    seed: int = 42
+StudentConfig = Union[DistilConfig, MultiGrainedConfig]   # a student of either method
 
 
-def student_embeddings(cfg: StudentConfig, teacher_matrix: np.ndarray):
+def student_embeddings(arch: StudentArch, teacher_matrix: np.ndarray):
     """(initial matrix or None, frozen) for the chosen embedding initialisation."""
-    if cfg.embeddings == "random":
+    if arch.embeddings == "random":
         return None, False
-    if cfg.embeddings == "svd":
-        return svd_reduce(teacher_matrix, cfg.embedding_dim), False
-    if cfg.embeddings == "teacher":
+    if arch.embeddings == "svd":
+        return svd_reduce(teacher_matrix, arch.embedding_dim), False
+    if arch.embeddings == "teacher":
         return teacher_matrix, True
-    raise ConfigError(f"--student_embeddings={cfg.embeddings!r}; expected svd, random or teacher")
+    raise ConfigError(f"--student_embeddings={arch.embeddings!r}; expected one of {', '.join(EMBEDDINGS)}")
 
 
 def build_student(cfg: StudentConfig, teacher, scheme: str) -> tf.keras.Model:
@@ -88,31 +58,29 @@ def build_student(cfg: StudentConfig, teacher, scheme: str) -> tf.keras.Model:
     from xtremedistil_tf.students.crf_student import (build_bilstm_crf_student, build_transformer_crf_student,
                                                       student_crf_constraints)
 
-    matrix = teacher.word_embeddings()
-    embeddings, frozen = student_embeddings(cfg, matrix)
-    common = dict(vocab_size=matrix.shape[0], num_tags=len(teacher.tag_vocab), dropout=cfg.dropout,
-                  embedding_dim=matrix.shape[1] if cfg.embeddings == "teacher" else cfg.embedding_dim,
+    arch, matrix = cfg.arch, teacher.word_embeddings()
+    embeddings, frozen = student_embeddings(arch, matrix)
+    common = dict(vocab_size=matrix.shape[0], num_tags=len(teacher.tag_vocab), dropout=arch.dropout,
+                  embedding_dim=matrix.shape[1] if arch.embeddings == "teacher" else arch.embedding_dim,
                   embeddings=embeddings, freeze_embeddings=frozen)
-    transformer = dict(depth=cfg.depth, heads=cfg.heads, ffn=cfg.ffn, max_length=teacher.max_seq_length)
-    if cfg.architecture not in ("bilstm", "transformer"):
-        raise ConfigError(f"--student_architecture={cfg.architecture!r}; expected bilstm or transformer")
+    transformer = dict(depth=arch.depth, heads=arch.heads, ffn=arch.ffn, max_length=teacher.max_seq_length)
+    if arch.architecture not in ARCHITECTURES:
+        raise ConfigError(f"--student_architecture={arch.architecture!r}; expected one of {', '.join(ARCHITECTURES)}")
     if cfg.method == "multigrained":
         common["constraints"] = student_crf_constraints(teacher.tag_vocab, scheme)
-        if cfg.architecture == "bilstm":
-            return build_bilstm_crf_student(hidden=cfg.hidden, **common)
+        if arch.architecture == "bilstm":
+            return build_bilstm_crf_student(hidden=arch.hidden, **common)
         return build_transformer_crf_student(**transformer, **common)
     common.update(teacher_hidden=teacher.hidden_size, heads_on=cfg.heads_on)
-    if cfg.architecture == "bilstm":
-        return build_bilstm_student(hidden=cfg.hidden, **common)
+    if arch.architecture == "bilstm":
+        return build_bilstm_student(hidden=arch.hidden, **common)
     return build_transformer_student(**transformer, **common)
 
 
-def distil_config(cfg: StudentConfig, tag_vocab: TagVocab, progress: bool = False) -> DistilConfig:
-    # verbose: a progress bar over each epoch's batches (the epoch lines are logged either way).
-    return DistilConfig(pad_id=tag_vocab.pad_id, epochs_per_layer=cfg.epochs_per_layer, patience=cfg.patience,
-                        learning_rate=cfg.learning_rate, alpha=cfg.alpha, beta=cfg.beta, gamma=cfg.gamma,
-                        representation_loss=cfg.representation_loss, verbose=1 if progress else 0,
-                        seed=cfg.seed)
+def distil_config(cfg: DistilConfig, tag_vocab: TagVocab, progress: bool = False) -> DistilConfig:
+    """`cfg` as the staged loop runs it: CE skips the tag vocabulary's [PAD]; `progress`, a bar
+    over each epoch's batches (the epoch lines are logged either way)."""
+    return replace(cfg, pad_id=tag_vocab.pad_id, verbose=1 if progress else 0)
 
 
 def source_keys(strategy: str, source: str) -> Tuple[str, ...]:
@@ -136,7 +104,7 @@ def with_teacher_mask(cache_dir, keys: Sequence[str]) -> Tuple[str, ...]:
     return keys
 
 
-def staged_datasets(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_examples: int,
+def staged_datasets(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_examples: int,
                     shuffle_buffer: Optional[int] = None):
     """(labeled train, whole transfer set, dev) batches from the caches for the staged loop; the
     labeled examples are the first `train_examples` of the transfer cache.
@@ -158,7 +126,7 @@ def staged_datasets(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_examp
     return train_ds, transfer_ds, batched(read_sharded(dev_cache_dir), cfg.batch_size)
 
 
-def staged_sources(cfg: StudentConfig, transfer_dir, dev_cache_dir, train_examples: int,
+def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_examples: int,
                    shuffle_buffer: Optional[int] = None, pad_id: Optional[int] = None):
     """`staged_datasets` as per-epoch sources for `train_student`: (labeled train, transfer) as
     functions `seed -> batches` whose shuffle order is fixed by the epoch's seed (exact resume,
@@ -211,7 +179,7 @@ def build_resumable(build, *args, **kwargs) -> tf.keras.Model:
         return build(*args, **kwargs)
 
 
-def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
+def distil(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
            dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None, checkpoint_dir=None,
            distribution=None):
     """Distil a new student with the configured strategy; returns (student, history).
@@ -237,7 +205,7 @@ def distil(cfg: StudentConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, 
     return student, history
 
 
-def distil_multigrained(cfg: StudentConfig, teacher, tokenizer, transfer_dir, train_windows: int,
+def distil_multigrained(cfg: MultiGrainedConfig, teacher, tokenizer, transfer_dir, train_windows: int,
                         dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None,
                         checkpoint_dir=None, distribution=None):
     """Multi-grained KD of a CRF student from the cached k-best surrogates; returns (student, history).
@@ -247,7 +215,7 @@ def distil_multigrained(cfg: StudentConfig, teacher, tokenizer, transfer_dir, tr
     `use_unlabeled` (DA). Epochs are selected by Viterbi entity F1 on dev.
     """
     from xtremedistil_tf.training.distribute import scope_of
-    from xtremedistil_tf.training.multigrained import MultiGrainedConfig, make_crf_dev_f1, train_multigrained
+    from xtremedistil_tf.training.multigrained import make_crf_dev_f1, train_multigrained
     from xtremedistil_tf.training.resume import EpochCheckpoint
 
     tf.keras.utils.set_random_seed(cfg.seed)
@@ -255,11 +223,7 @@ def distil_multigrained(cfg: StudentConfig, teacher, tokenizer, transfer_dir, tr
         student = build_resumable(build_student, cfg, teacher, scheme)
     transfer = read_sharded(transfer_dir)
     stream = transfer if cfg.use_unlabeled else transfer.take(train_windows)
-    config = MultiGrainedConfig(losses=tuple(cfg.losses), weighting=cfg.loss_weighting,
-                                token_loss=cfg.token_loss, kbest=cfg.kbest,
-                                epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                                patience=cfg.patience, seed=cfg.seed, progress=progress,
-                                log_dir=str(log_dir) if log_dir else None)
+    config = replace(cfg, progress=progress, log_dir=str(log_dir) if log_dir else None)
     dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     evaluate_fn = make_crf_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
     history = train_multigrained(student, stream, None, config, teacher.tag_vocab.pad_id, evaluate_fn,

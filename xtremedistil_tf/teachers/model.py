@@ -25,15 +25,17 @@ FORMAT_VERSION = 1
 
 
 class EncoderSizes:
-    """A teacher's depth and width, read from its `encoder`'s transformers config."""
+    """A teacher's depth and width, read from the transformers config of its attribute `sized_by`."""
+
+    sized_by = "encoder"
 
     @property
     def num_layers(self) -> int:
-        return int(self.encoder.config.num_hidden_layers)
+        return int(getattr(self, self.sized_by).config.num_hidden_layers)
 
     @property
     def hidden_size(self) -> int:
-        return int(self.encoder.config.hidden_size)
+        return int(getattr(self, self.sized_by).config.hidden_size)
 
 
 class TokenTeacher(EncoderSizes, tf.keras.Model):

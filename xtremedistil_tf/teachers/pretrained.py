@@ -81,6 +81,7 @@ class PretrainedTokenTeacher(EncoderSizes, tf.keras.Model):
     """A fine-tuned token-classification checkpoint read through a label map (module doc)."""
 
     task = TOKEN
+    sized_by = "model"   # the checkpoint
 
     def __init__(self, model, tag_vocab, label_map, max_seq_length: int = 128, source: str = "", **kwargs):
         """`label_map`: a TokenLabelMap (a sentence teacher: the checkpoint column of each data class)."""

@@ -17,8 +17,8 @@ from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, D
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.data.schemes import SCHEMES
 from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS
+from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.sequence import TOKEN_LOSSES
-from xtremedistil_tf.losses.xtremedistil import REPRESENTATION_LOSSES
 from xtremedistil_tf.pipeline import RANDOM_ALIAS, RunConfig, TeacherConfig, TransferConfig, resolve_teacher_path
 from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, HEADS_ON, StudentArch
 from xtremedistil_tf.teachers.finetune import CRF_RECIPE, HEAD_INITS, SUPERVISIONS, FinetuneConfig, recipe_for
@@ -135,7 +135,7 @@ flags.DEFINE_enum("student_heads_on", DistilConfig.heads_on, list(HEADS_ON),
 flags.DEFINE_enum("strategy", DistilConfig.strategy, list(STRATEGIES), "Distillation strategy (XtremeDistil Table 3).")
 flags.DEFINE_integer("epochs_per_layer", DistilConfig.epochs_per_layer,
                      "Epochs per unfreezing step (best epoch by dev loss is kept).")
-flags.DEFINE_enum("representation_loss", DistilConfig.representation_loss, list(REPRESENTATION_LOSSES),
+flags.DEFINE_enum("representation_loss", DistilConfig.representation_loss, list(registry.variants("representation")),
                   "Representation loss (docs/students.md says why MSE is the default).")
 flags.DEFINE_float("alpha", DistilConfig.alpha, "Weight of the label cross-entropy in joint strategies.")
 flags.DEFINE_float("beta", DistilConfig.beta, "Weight of the representation loss in joint strategies.")

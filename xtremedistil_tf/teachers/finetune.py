@@ -18,12 +18,12 @@ from xtremedistil_tf.data.alignment import Windows, encode, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import score_by_language
-from xtremedistil_tf.training.distribute import scope_of, shard_by_data
-from xtremedistil_tf.training.precision import all_finite, needs_loss_scaling
-from xtremedistil_tf.training.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
-from xtremedistil_tf.training.schedules import WarmupLinearDecay
-from xtremedistil_tf.training.tensorboard import ScalarLog, current_learning_rate
-from xtremedistil_tf.validation import check_finite_loss
+from xtremedistil_tf.engine.distribute import scope_of, shard_by_data
+from xtremedistil_tf.engine.loop import apply_groups, check_finite_loss, loss_scaler, replica_share
+from xtremedistil_tf.engine.precision import needs_loss_scaling
+from xtremedistil_tf.engine.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
+from xtremedistil_tf.engine.schedules import warmup_adamw
+from xtremedistil_tf.engine.tensorboard import ScalarLog, current_learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -186,58 +186,19 @@ def parameter_groups(teacher, config: FinetuneConfig, total_steps: int):
     return groups
 
 
-def warmup_adamw(peak, total_steps, warmup, weight_decay):
-    """BERT's fine-tuning optimizer: AdamW with linear warm-up to `peak` over `warmup` steps, then
-    linear decay to 0 at `total_steps`; no weight decay on LayerNorm parameters and biases."""
-    optimizer = tf.keras.optimizers.AdamW(
-        learning_rate=WarmupLinearDecay(peak, total_steps, warmup), weight_decay=weight_decay,
-        epsilon=1e-8)
-    optimizer.exclude_from_weight_decay(var_names=["LayerNorm", "layer_norm", "bias"])
-    return optimizer
-
-
 def make_train_step(teacher, groups, label_shape=(None, None)):
-    """One compiled step on the teacher's own loss (`teacher.loss`), one optimizer per group.
-    `label_shape`: [B, T] piece tags, or [B] (None,) for sentence classes.
-
-    Under mixed_float16 one dynamic loss scale serves every group: the first group's optimizer is
-    wrapped in a LossScaleOptimizer, which sees an overflow anywhere (its gradients are made
-    non-finite when any group's are), skips its update and lowers the scale; the other groups skip
-    that step too."""
-    variables = [v for _, vs in groups for v in vs]
+    """One compiled step on the teacher's own loss (`teacher.loss`), one optimizer per group
+    (`engine.apply_groups`: under mixed_float16 one dynamic loss scale serves every group).
+    `label_shape`: [B, T] piece tags, or [B] (None,) for sentence classes."""
     spec = tf.TensorSpec([None, None], tf.int32)
     labels = tf.TensorSpec(label_shape, tf.int32)
-    scaler = tf.keras.mixed_precision.LossScaleOptimizer(groups[0][0]) if needs_loss_scaling() else None
-    if scaler:
-        # Slots must exist before apply_gradients runs inside tf.cond.
-        for optimizer, group in groups[1:]:
-            optimizer.build(group)
-
-    def apply(grads, finite):
-        start = 0
-        for index, (optimizer, group) in enumerate(groups):
-            pairs = list(zip(grads[start:start + len(group)], group))
-            start += len(group)
-            if not scaler:
-                optimizer.apply_gradients(pairs)
-            elif index == 0:
-                scaler.apply_gradients(pairs)
-            else:
-                tf.cond(finite, lambda opt=optimizer, pairs=pairs: _applied(opt, pairs), lambda: tf.constant(False))
+    scaler = loss_scaler(groups)
 
     @tf.function(input_signature=[{"input_ids": spec, "attention_mask": spec, "label_ids": labels}])
     def train_step(batch):
         with tf.GradientTape() as tape:
             loss = teacher.loss(batch, training=True)
-            scaled = scaler.get_scaled_loss(loss) if scaler else loss
-        grads = tape.gradient(scaled, variables)
-        finite = None
-        if scaler:
-            grads = scaler.get_unscaled_gradients(grads)
-            finite = all_finite(grads)
-            size = len(groups[0][1])
-            grads = [poison(g, finite) for g in grads[:size]] + list(grads[size:])
-        apply(grads, finite)
+        apply_groups(tape, loss, groups, scaler)
         return loss
 
     train_step.loss_scaler = scaler  # None without loss scaling; read by tests and logs
@@ -263,19 +224,10 @@ def make_distributed_train_step(teacher, groups, distribution):
     batch, weights its loss by its share of the global count (`loss_count`), and each group's
     optimizer sums the replicas' gradients, giving the single-device update of the global batch.
     Returns the global batch's loss."""
-    variables = [v for _, vs in groups for v in vs]
-
     def replica_step(batch):
-        context = tf.distribute.get_replica_context()
-        count = loss_count(teacher, batch)
-        share = tf.math.divide_no_nan(count, context.all_reduce(tf.distribute.ReduceOp.SUM, count))
         with tf.GradientTape() as tape:
-            loss = teacher.loss(batch, training=True) * share
-        grads = tape.gradient(loss, variables)
-        start = 0
-        for optimizer, group in groups:
-            optimizer.apply_gradients(zip(grads[start:start + len(group)], group))
-            start += len(group)
+            loss = teacher.loss(batch, training=True) * replica_share(loss_count(teacher, batch))
+        apply_groups(tape, loss, groups)
         return loss
 
     @tf.function
@@ -285,20 +237,6 @@ def make_distributed_train_step(teacher, groups, distribution):
 
     train_step.loss_scaler = None
     return train_step
-
-
-def _applied(optimizer, pairs):
-    optimizer.apply_gradients(pairs)
-    return tf.constant(True)
-
-
-def poison(gradient, finite):
-    """`gradient` where `finite`, NaN elsewhere (an IndexedSlices keeps its sparsity)."""
-    if gradient is None:
-        return None
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(poison(gradient.values, finite), gradient.indices, gradient.dense_shape)
-    return tf.where(finite, gradient, tf.constant(float("nan"), gradient.dtype))
 
 
 def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""The epoch loop every training method runs on.
+"""The epoch loop the training methods run on (teacher fine-tuning, the staged loop, KD-NAS
+distillation, subwords dual training; multi-grained KD keeps its own loop for now).
 
 A method supplies its step as a Keras `Model` whose `train_step`/`test_step` compute its loss (and a
 compiled optimizer, or its own optimizer groups: `apply_groups`); the engine owns the rest:
@@ -85,27 +86,33 @@ class Engine:
     def fit(self, model: tf.keras.Model, target: tf.keras.Model, train_for: Callable[[int, int], tf.data.Dataset],
             dev: Optional[tf.data.Dataset], epochs: int, *, objects: Dict[str, object], state: Optional[dict] = None,
             where: Sequence[int] = (), patience: Optional[int] = None, context: str = "",
-            steps_per_epoch: Optional[int] = None, reseed: Optional[Sequence[tf.keras.Model]] = None) -> BestSoFar:
+            steps_per_epoch: Optional[int] = None, reseed: Optional[Sequence[tf.keras.Model]] = None,
+            score: Optional[Callable[[], float]] = None, score_name: str = "dev_f1", baseline: bool = True,
+            after_epoch: Optional[Callable[[int, Dict[str, float]], None]] = None) -> BestSoFar:
         """Train the compiled `model` for `epochs` epochs (fewer when patience stops it); `target` is
         the model whose weights are selected and whose dropout is reseeded (`reseed`: every model
         with dropout, when there are others, e.g. a teacher trained alongside). `train_for(seed, epoch)`:
         an epoch's batches (epoch 0-based, counted within this fit); `dev`: batches whose `model.evaluate` loss selects the epoch (None: no
         selection, the last epoch's weights stay). `objects`: what a checkpoint holds besides the
         best weights (the student, the optimizers); `state`: the caller's position saved with it.
-        Returns the tracker: every epoch's dev loss (train loss without dev), the best one."""
+        `score()`: selects instead of the dev loss, higher is better (dev F1, recorded in each epoch's
+        log as `score_name`); the starting weights compete unless `baseline` is False.
+        `after_epoch(epoch, log)`: called with each epoch's log (1-based epoch), e.g. TensorBoard scalars.
+        Returns the tracker: every epoch's dev loss (-score; train loss without either), the best one."""
         state = state or {}
         if self.distribution is not None:
             # Metric results are already over all replicas (Keras merges them); summing them again
             # over replicas would multiply the logged losses by R.
             model.distribute_reduction_method = "first"
-        if dev is not None and self.checkpoint.enabled and self._best is None:
+        selects = dev is not None or score is not None
+        if selects and self.checkpoint.enabled and self._best is None:
             self._best = WeightsSlot(target.get_weights())
         resumed = self.restore({**objects, **({"best": self._best} if self._best is not None else {})})
         dev = self._shard(dev)
         if resumed:
             tracker = BestSoFar.from_state(resumed, patience, self._best.numpy() if self._best else None)
-        elif dev is not None:
-            initial = float(model.evaluate(dev, verbose=0, return_dict=True)["loss"])
+        elif selects and baseline:
+            initial = -score() if score else float(model.evaluate(dev, verbose=0, return_dict=True)["loss"])
             tracker = BestSoFar(patience, baseline=initial, weights=target.get_weights())
         else:
             tracker = BestSoFar(patience)
@@ -124,11 +131,17 @@ class Engine:
                              verbose=0).history
             loss = logs["loss"][-1]
             check_finite_loss(loss, self.name, f"{epoch + 1}{f' ({context})' if context else ''}")
-            dev_loss = logs["val_loss"][-1] if dev is not None else None
-            tracker.update(loss if dev is None else dev_loss, target.get_weights if dev is not None else lambda: None)
+            record = {k: float(v[-1]) for k, v in logs.items()}
+            if score is not None:
+                record[score_name] = float(score())
+            value = -record[score_name] if score else record.get("val_loss", loss)
+            tracker.update(value, target.get_weights if selects else lambda: None)
             seconds = time.time() - started
-            self.epochs.append({**{k: float(v[-1]) for k, v in logs.items()}, "seconds": round(seconds, 1)})
-            log.info(epoch_line(self.name, epoch + 1, epochs, seconds, context, loss=loss, dev_loss=dev_loss))
+            log.info(epoch_line(self.name, epoch + 1, epochs, seconds, context, loss=loss,
+                                dev_loss=record.get("val_loss"), **({score_name: record[score_name]} if score else {})))
+            if after_epoch is not None:
+                after_epoch(epoch + 1, record)
+            self.epochs.append({**record, "seconds": round(seconds, 1)})
             self.save(objects, state, tracker)
         if tracker.best_weights is not None:
             target.set_weights(tracker.best_weights)

@@ -1,4 +1,4 @@
-"""tf.distribute (training/distribute.py): the staged student loop (Keras fit) and multi-grained
+"""tf.distribute (engine/distribute.py): the staged student loop (Keras fit) and multi-grained
 KD (a custom loop) under MirroredStrategy on 2 logical CPUs, and under MultiWorkerMirroredStrategy
 with 2 local worker processes, follow the single-device loss curve and end at its weights.
 

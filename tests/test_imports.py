@@ -11,6 +11,7 @@ BASE_LAYERS = {
     "crf": {"errors"},
     "losses": {"errors", "crf"},
     "layers": {"errors"},
+    "engine": {"errors", "console"},
 }
 
 

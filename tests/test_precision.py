@@ -13,7 +13,7 @@ from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, stude
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, finetune
 from xtremedistil_tf.teachers.model import build_teacher
 from xtremedistil_tf.training.multigrained import MultiGrainedConfig, train_multigrained, windows_dataset
-from xtremedistil_tf.training.precision import precision_policy
+from xtremedistil_tf.engine.precision import precision_policy
 from xtremedistil_tf.training.staged import train_student
 
 MIXED = ("mixed_float16", "mixed_bfloat16")

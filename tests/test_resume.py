@@ -1,5 +1,6 @@
 """Exact resume after a kill: a run SIGKILLed at several points and rerun each time ends with the
-weights and metrics of an uninterrupted run with the same seed (training/resume.py).
+weights and metrics of an uninterrupted run with the same seed (engine/resume.py): the staged
+XtremeDistil loop, KD-NAS distillation and subwords dual training.
 
 Each run is a fresh process (tests/training_driver.py) that kills itself with SIGKILL, the way a
 lost machine ends a run: nothing is flushed or cleaned up after the last epoch checkpoint.
@@ -63,3 +64,36 @@ def test_staged_run_killed_three_times_ends_as_the_uninterrupted_one(tmp_path):
     # The final run trained only what the last kill lost: part of one epoch redone.
     _, record = result(tmp_path, "resumed")
     assert len(record["epoch_losses"]) == 1
+
+
+def history_values(record):
+    """The loss history of a KD-NAS or subwords run, without wall times."""
+    history = record["history"]
+    if isinstance(history, dict):
+        return history["train_loss"]
+    return [[v for k, v in sorted(epoch.items()) if k != "seconds"] for epoch in history]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["nas", "subwords"])
+def test_distillation_killed_twice_ends_as_the_uninterrupted_one(tmp_path, loop):
+    # 4 engine epochs: KD-NAS 5 batches each, subwords 3 steps each (with dropout on: stateful_dropout).
+    common = {"loop": loop, "epochs": 4}
+    reference = drive(tmp_path, "reference", **common)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    checkpoint = str(tmp_path / "checkpoints")
+    for epoch, batch in [(2, 2),   # mid second epoch, after the first epoch's checkpoint
+                         (4, 0)]:  # as the last epoch begins
+        killed = drive(tmp_path, "resumed", checkpoint_dir=checkpoint, kill_at=[epoch, batch], **common)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+        assert not (tmp_path / "resumed.npz").exists()
+    finished = drive(tmp_path, "resumed", checkpoint_dir=checkpoint, **common)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    weights, record = result(tmp_path, "resumed")
+    ref_weights, ref_record = result(tmp_path, "reference")
+    assert len(weights) == len(ref_weights) and ref_record["max_change"] > 1e-3
+    for got, want in zip(weights, ref_weights):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    assert len(history_values(record)) == len(history_values(ref_record)) == 4
+    np.testing.assert_allclose(history_values(record), history_values(ref_record), rtol=1e-6)
+    assert len(record["epoch_losses"]) == 1  # the final run trained only the last epoch

@@ -7,7 +7,7 @@ from conftest import TOY_LABELS, toy_ner_sentences
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode
 from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.students import build_bilstm_student, svd_reduce
-from xtremedistil_tf.training.callbacks import BestWeights
+from xtremedistil_tf.engine.callbacks import BestWeights
 from xtremedistil_tf.training.staged import DistilConfig, make_dev_f1, predict_tags, train_student
 from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
 

@@ -2,7 +2,7 @@
 
     python tests/training_driver.py spec.json
 
-spec.json: {"loop": "staged" | "multigrained" | "teacher", "out": result .npz path,
+spec.json: {"loop": "staged" | "multigrained" | "nas" | "subwords", "out": result .npz path,
             "checkpoint_dir": dir or null, "kill_at": [epoch, batch] or null,
             "distribution": "none" | "mirrored" | "multi_worker", "logical_cpus": n (0: leave the CPU alone),
             "epochs": n}
@@ -36,8 +36,8 @@ if SPEC.get("logical_cpus"):
 
 from conftest import TOY_LABELS, toy_ner_sentences, write_tiny_vocab  # noqa: E402
 from xtremedistil_tf.data.alignment import TagVocab, encode  # noqa: E402
-from xtremedistil_tf.training.distribute import make_distribution  # noqa: E402
-from xtremedistil_tf.training.resume import EpochCheckpoint, stateful_dropout  # noqa: E402
+from xtremedistil_tf.engine.distribute import make_distribution  # noqa: E402
+from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout  # noqa: E402
 
 MAX_LEN = 16
 INITIAL = []  # the student's starting weights
@@ -180,8 +180,62 @@ def run_multigrained(distribution, checkpoint, killer):
     return student.get_weights(), {"history": history.to_dict()}
 
 
+def run_nas(distribution, checkpoint, killer):
+    """KD-NAS distillation (hs+minilm) of a 1-layer BERT student from a random 2-layer teacher."""
+    from transformers import BertConfig, TFBertModel
+
+    from xtremedistil_tf.nas.distill import DistillConfig, Distiller, build_student
+    from xtremedistil_tf.nas.space import Arch
+
+    tf.keras.utils.set_random_seed(0)
+    with scope(distribution):
+        teacher = TFBertModel(BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=32, max_position_embeddings=32, initializer_range=0.2))
+        teacher.build_in_name_scope()
+    rng = np.random.default_rng(7)
+    encoded = [rng.integers(5, 40, size=int(rng.integers(3, 12))).astype(np.int32) for _ in range(40)]
+    config = DistillConfig(objective="hs+minilm", relation_heads=2, epochs=SPEC.get("epochs", 4), batch_size=8,
+                           learning_rate=3e-3, seed=9, eager=SPEC.get("eager", True))
+    with stateful_dropout(), scope(distribution):
+        student = build_student(Arch(1, 2, 16, 32, "gelu"), teacher.config.to_dict(), seed=1)
+    INITIAL.extend(student.get_weights())
+    position = checkpoint.position()
+    killer.epoch = len(position["epochs"]) if position else 0
+    history = Distiller(teacher, student, config).train(encoded, progress=False, checkpoint=checkpoint,
+                                                        distribution=distribution, callbacks=[killer])
+    return student.get_weights(), {"history": {"train_loss": history}}
+
+
+def run_subwords(distribution, checkpoint, killer):
+    """DualTrain+SharedProjUp (every term) on tiny BERTs, an engine epoch every 3 steps."""
+    from subwords_helpers import corpus, tokenizer_pair
+    from xtremedistil_tf.subwords import dual
+    from xtremedistil_tf.subwords.models import DualTeacher, build_student, student_config
+    from xtremedistil_tf.subwords.train import DistillLMConfig, DualTrainer, train
+    from xtremedistil_tf.subwords.vocab import load_vocab_tokenizer
+
+    # Learned once for every run of a test: the vocabulary trainer's ties fall differently by process.
+    vocabs = Path(SPEC["out"]).parent / "subword_vocabs"
+    if not vocabs.exists():
+        tokenizer_pair(vocabs)
+    student_tok, teacher_tok = (load_vocab_tokenizer(vocabs / name) for name in ("student", "teacher"))
+    sentences = dual.dual_corpus(student_tok, teacher_tok, corpus(48, seed=3))
+    cfg = DistillLMConfig(variant="DualTrain+SharedProjUp", batch_size=8, steps=SPEC.get("epochs", 4) * 3,
+                          warmup_fraction=0.0, learning_rate=1e-2, seed=5)
+    with stateful_dropout(), scope(distribution):
+        student = build_student(student_config(60, 16, 2, 2, max_position=64, dropout=SPEC.get("dropout", 0.1)), seed=1)
+        teacher = build_student(student_config(200, 32, 2, 2, max_position=64, dropout=SPEC.get("dropout", 0.1)), seed=2)
+        trainer = DualTrainer(student, DualTeacher(teacher, 16, 60, seed=3), cfg, run_eagerly=SPEC.get("eager", True))
+    INITIAL.extend(student.get_weights())
+    position = checkpoint.position()
+    killer.epoch = len(position["epochs"]) if position else 0
+    history = train(trainer, sentences, dual.Specials.of(student_tok), dual.Specials.of(teacher_tok), progress=False,
+                    log_every=3, checkpoint=checkpoint, distribution=distribution, callbacks=[killer])
+    return student.get_weights() + teacher.get_weights(), {"history": history}
+
+
 def scope(distribution):
-    from xtremedistil_tf.training.distribute import scope_of
+    from xtremedistil_tf.engine.distribute import scope_of
 
     return scope_of(distribution)
 
@@ -192,7 +246,8 @@ def main():
         print(f"replicas={distribution.num_replicas_in_sync}", flush=True)
     checkpoint = EpochCheckpoint(SPEC.get("checkpoint_dir"))
     killer = Killer(SPEC.get("kill_at"))
-    weights, record = {"staged": run_staged, "multigrained": run_multigrained}[SPEC["loop"]](distribution, checkpoint, killer)
+    loops = {"staged": run_staged, "multigrained": run_multigrained, "nas": run_nas, "subwords": run_subwords}
+    weights, record = loops[SPEC["loop"]](distribution, checkpoint, killer)
     record["epoch_losses"] = killer.losses
     record["max_change"] = max(float(np.abs(w - w0).max()) for w, w0 in zip(weights, INITIAL))
     out = SPEC["out"]

@@ -6,6 +6,6 @@ from xtremedistil_tf import _env  # noqa: F401  (must run before TensorFlow is i
 # readers alone (xtremedistil_tf.data.readers) do not need it but come with it.
 from xtremedistil_tf import crf, layers, students  # noqa: E402,F401
 from xtremedistil_tf.crf import layer as _crf_layer  # noqa: E402,F401
-from xtremedistil_tf.training import schedules as _schedules  # noqa: E402,F401
+from xtremedistil_tf.engine import schedules as _schedules  # noqa: E402,F401
 
 __version__ = "0.1.0"

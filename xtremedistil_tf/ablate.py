@@ -34,7 +34,7 @@ import numpy as np
 from xtremedistil_tf import pipeline
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_text
-from xtremedistil_tf.training.precision import precision_policy
+from xtremedistil_tf.engine.precision import precision_policy
 from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
 from xtremedistil_tf.validation import MAX_SEED
 from xtremedistil_tf.workdir import WorkDir

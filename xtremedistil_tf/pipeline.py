@@ -32,10 +32,10 @@ from xtremedistil_tf.errors import ConfigError, Interrupted
 from xtremedistil_tf.io import atomic_write_json, read_json
 from xtremedistil_tf.lock import work_dir_lock
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult
-from xtremedistil_tf.training.distribute import make_distribution, scope_of, worker_work_dir
+from xtremedistil_tf.engine.distribute import make_distribution, scope_of, worker_work_dir
+from xtremedistil_tf.engine.precision import precision_policy
+from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
 from xtremedistil_tf.training.multigrained import LOSSES, TOKEN_LEVEL
-from xtremedistil_tf.training.precision import precision_policy
-from xtremedistil_tf.training.resume import EpochCheckpoint, stateful_dropout
 from xtremedistil_tf.training.staged import DistilConfig
 from xtremedistil_tf.training.student_run import StudentConfig
 from xtremedistil_tf.workdir import STEP_FILE, WorkDir, with_inputs
@@ -77,10 +77,10 @@ class RunConfig:
     student: Optional[StudentConfig] = field(default_factory=DistilConfig)   # None: stop after transfer
     overwrite: bool = False
     progress: bool = True
-    # float32 | mixed_float16 | mixed_bfloat16 (training/precision.py); an execution setting, not
+    # float32 | mixed_float16 | mixed_bfloat16 (engine/precision.py); an execution setting, not
     # part of any step's fingerprint.
     mixed_precision: str = "float32"
-    # none | mirrored | multi_worker (training/distribute.py); an execution setting too.
+    # none | mirrored | multi_worker (engine/distribute.py); an execution setting too.
     distribution: str = "none"
 
 
@@ -387,7 +387,7 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
 
 
 def checkpoint_dir(work: WorkDir, step: str, fingerprint: dict) -> Path:
-    """Where a training step keeps its epoch checkpoints (training/resume.py):
+    """Where a training step keeps its epoch checkpoints (engine/resume.py):
     <work_dir>/checkpoints/<step>-<fingerprint hash>/, so a run of another configuration never
     resumes from them; removed once the step's artifact is in place."""
     from xtremedistil_tf.workdir import fingerprint_hash
@@ -453,7 +453,7 @@ def run(cfg: RunConfig) -> dict:
     """Run every step not done yet, holding the work dir's lock (lock.py). Under
     `--distribution=multi_worker` every worker runs every step in lockstep (training is
     collective), and only the chief writes into --work_dir: each other worker keeps its own copy
-    in <work_dir>.worker-<index> (training/distribute.py)."""
+    in <work_dir>.worker-<index> (engine/distribute.py)."""
     distribution = make_distribution(cfg.distribution)
     work = WorkDir(worker_work_dir(cfg.work_dir, distribution), overwrite=cfg.overwrite)
     with work_dir_lock(work.root):

@@ -1,7 +1,7 @@
 """Values that cannot work. Flag values bin/train checks before the data step: each refusal is one line naming the flag,
 its value and what is allowed (issue 16, item 3). The checks of sizes and combinations stay in
 cli/train.py (check_flags); these are the ranges of real-valued flags, the teacher's config
-overrides and the teacher dir's tokenizer. And a training loss that is no longer finite.
+overrides and the teacher dir's tokenizer.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Optional
 
-from xtremedistil_tf.errors import ConfigError, TrainingDiverged
+from xtremedistil_tf.errors import ConfigError
 
 # flag -> (least, whether it is allowed, greatest, whether it is allowed, what is allowed in words)
 RANGES = {
@@ -95,10 +95,3 @@ def check_tokenizer_files(teacher_dir) -> None:
     if path.is_dir() and not any((path / name).exists() for name in TOKENIZER_FILES):
         raise ConfigError(f"--teacher={teacher_dir}: teacher directory {path} has no tokenizer (expected one of "
                           f"{', '.join(TOKENIZER_FILES)})")
-
-
-def check_finite_loss(loss: float, step: str, epoch) -> None:
-    """Stop a training step whose loss became NaN or infinite (raised before the epoch is checkpointed)."""
-    if not math.isfinite(loss):
-        raise TrainingDiverged(f"step {step}: the training loss became {loss} in epoch {epoch}; nothing of the "
-                               "step was kept (lower its learning rate, or check the data)")

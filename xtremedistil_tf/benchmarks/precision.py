@@ -1,6 +1,6 @@
 """`bin/benchmark precision`: one training step under float32, mixed_bfloat16 and mixed_float16.
 
-Two steps, each built and compiled under the policy as the pipeline does (training/precision.py):
+Two steps, each built and compiled under the policy as the pipeline does (engine/precision.py):
 - the teacher: `teachers/finetune.make_train_step` on a randomly initialised BERT of the MSRA config
   (4 layers, hidden 256), CRF head, layer-wise decay (one AdamW per depth), batch 32 x 64 pieces;
 - the student: a BiLSTM+CRF (E=100, H=300 per direction, 13 tags) on the CRF NLL, batch 32 x 64.
@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.benchmarks.timing import median_ms
-from xtremedistil_tf.training.precision import POLICIES, precision_policy
+from xtremedistil_tf.engine.precision import POLICIES, precision_policy
 
 BATCH, LENGTH = 32, 64
 LABELS = ["O"] + [f"{p}-{t}" for t in ("NR", "NS", "NT") for p in "BMES"]
@@ -50,7 +50,7 @@ def student_step() -> Callable[[], tf.Tensor]:
     from xtremedistil_tf.crf import ops
     from xtremedistil_tf.data.alignment import TagVocab
     from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, student_crf_constraints
-    from xtremedistil_tf.training.precision import with_loss_scaling
+    from xtremedistil_tf.engine.precision import with_loss_scaling
 
     vocab = TagVocab(LABELS)
     student = build_bilstm_crf_student(3005, len(vocab), student_crf_constraints(vocab, "BMES"),

@@ -102,6 +102,18 @@ def define_common_flags() -> None:
     flags.DEFINE_bool("no_progress", False, "Hide progress bars (e.g. in CI logs).")
 
 
+def define_execution_flags(trained: str) -> None:
+    """--mixed_precision and --distribution (engine/precision.py, engine/distribute.py) of the
+    models a command trains (`trained` names them in the help)."""
+    flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
+                      "Keras dtype policy of every model trained or run (float16 with dynamic loss scaling; the CRF "
+                      "and the losses stay float32). For GPUs/TPUs; on CPUs float32 is usually fastest.")
+    flags.DEFINE_enum("distribution", "none", ["none", "mirrored", "multi_worker"],
+                      f"tf.distribute strategy of {trained}: none (one device), mirrored (this machine's GPUs, or "
+                      "its CPU), multi_worker (the cluster in TF_CONFIG; run the same command on every worker). "
+                      "Batch sizes are global; learning rates are not rescaled (docs/scale.md).")
+
+
 def parse_flags(argv):
     """absl's flag parsing for app.run(flags_parser=...), a bad flag being a usage error like the
     others: one `error:` line and exit 2 (absl's own parser exits 1)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from absl import flags
 
-from xtremedistil_tf.cli.common import command, define_common_flags, log_to_work_dir
+from xtremedistil_tf.cli.common import (command, define_common_flags, define_execution_flags, log_to_work_dir)
 from xtremedistil_tf.errors import ConfigError
 
 FLAGS = flags.FLAGS
@@ -58,6 +58,7 @@ flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay (not on LayerNorm a
 flags.DEFINE_float("warmup_fraction", 0.1, "Fraction of steps of linear warm-up.")
 flags.DEFINE_integer("seed", 42, "Seed of initialisation, masking and batching.")
 define_common_flags()
+define_execution_flags("dual training (student, teacher and projections)")
 
 
 def check_flags() -> None:
@@ -111,12 +112,17 @@ def size_table(student_cfg, teacher_cfg) -> str:
 
 
 def distill() -> None:
+    from xtremedistil_tf.engine.distribute import make_distribution, scope_of, worker_work_dir
+    from xtremedistil_tf.engine.precision import precision_policy
+    from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
     from xtremedistil_tf.io import atomic_write_json, atomic_write_text, read_json
     from xtremedistil_tf.pipeline import resolve_teacher_path
     from xtremedistil_tf.subwords import dual, models, train, vocab
+    from xtremedistil_tf.workdir import fingerprint_hash
 
     check_flags()
-    work = Path(FLAGS.work_dir)
+    distribution = make_distribution(FLAGS.distribution)
+    work = Path(worker_work_dir(FLAGS.work_dir, distribution))
     config = run_config()
     results_path = work / "results.json"
     if results_path.exists() and read_json(results_path).get("config") == config:
@@ -149,16 +155,20 @@ def distill() -> None:
                                 seed=FLAGS.seed)
     student_cfg = models.student_config(FLAGS.vocab_size, FLAGS.hidden, FLAGS.layers, FLAGS.heads,
                                         FLAGS.intermediate, dropout=FLAGS.dropout)
-    student = models.build_student(student_cfg, seed=FLAGS.seed)
-    teacher, head_pretrained = (None, None)
-    if cfg.dual:
-        teacher_model, head_pretrained = models.load_teacher(teacher_path)
-        teacher = models.DualTeacher(teacher_model, FLAGS.hidden, FLAGS.vocab_size, seed=FLAGS.seed)
-    trainer = train.DualTrainer(student, teacher, cfg)
-
-    start = time.time()
-    history = train.train(trainer, corpus, s_spec, t_spec, progress=not FLAGS.no_progress)
-    train_seconds = time.time() - start
+    # A rerun of the same command after a kill continues from the last epoch's checkpoint.
+    checkpoint = EpochCheckpoint(work / "checkpoints" / f"distill_lm-{fingerprint_hash(config)}")
+    with precision_policy(FLAGS.mixed_precision):
+        with scope_of(distribution), stateful_dropout():
+            student = models.build_student(student_cfg, seed=FLAGS.seed)
+            teacher, head_pretrained = (None, None)
+            if cfg.dual:
+                teacher_model, head_pretrained = models.load_teacher(teacher_path)
+                teacher = models.DualTeacher(teacher_model, FLAGS.hidden, FLAGS.vocab_size, seed=FLAGS.seed)
+            trainer = train.DualTrainer(student, teacher, cfg)
+        start = time.time()
+        history = train.train(trainer, corpus, s_spec, t_spec, progress=not FLAGS.no_progress, checkpoint=checkpoint,
+                              distribution=distribution)
+        train_seconds = time.time() - start
     scores = train.masked_word_accuracy(
         student, train.eval_batches(held_out, s_spec, t_spec, mask_prob=cfg.mask_prob, max_len=cfg.max_len,
                                     seed=FLAGS.seed))
@@ -175,6 +185,7 @@ def distill() -> None:
                "projection_pairs": len(trainer.projections.pairs) if trainer.projections else 0,
                "student_dir": str(work / "student")}
     atomic_write_json(results_path, results)
+    checkpoint.clear()
     print(f"variant {FLAGS.variant}, hidden {FLAGS.hidden}: masked word accuracy {scores['word_accuracy']:.4f} "
           f"(pieces {scores['piece_accuracy']:.4f}; {scores['masked_words']} words) after {FLAGS.steps} steps, "
           f"{train_seconds:.0f} s", file=sys.stdout)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from absl import flags
 
-from xtremedistil_tf.cli.common import define_common_flags, log_to_work_dir, run_app, run_main
+from xtremedistil_tf.cli.common import define_common_flags, define_execution_flags, log_to_work_dir, run_app, run_main
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses.hidden import MAPPINGS
 from xtremedistil_tf.nas.controller import ControllerConfig
@@ -85,6 +85,7 @@ flags.DEFINE_integer("top_k", 3, "Architectures listed as the search's result.")
 flags.DEFINE_integer("random_baselines", 3, "Random architectures per seed distilled on the same proxy (Table 3).")
 flags.DEFINE_list("random_seeds", ["1"], "Seeds of the random baselines.")
 define_common_flags()
+define_execution_flags("--mode=distill's distillation (the search's proxy runs use one device)")
 
 
 def _ints(name: str) -> tuple:
@@ -247,23 +248,37 @@ def chosen_arch(work: Path):
 
 
 def run_distill_mode() -> None:
+    from xtremedistil_tf.engine.distribute import is_chief, make_distribution, scope_of, worker_work_dir
+    from xtremedistil_tf.engine.precision import precision_policy
+    from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
     from xtremedistil_tf.nas.distill import build_student, describe, Distiller, save_student
+    from xtremedistil_tf.workdir import fingerprint_hash
 
-    work = Path(FLAGS.work_dir)
-    arch = chosen_arch(work)
-    ctx = Context(FLAGS.distill_sentences)
+    distribution = make_distribution(FLAGS.distribution)
+    work = Path(worker_work_dir(FLAGS.work_dir, distribution))
+    arch = chosen_arch(Path(FLAGS.work_dir))
     config = distill_config(FLAGS.distill_epochs)
-    student = build_student(arch, ctx.teacher_config, config.seed)
-    distiller = Distiller(ctx.teacher, student, config)
-    history = distiller.train(ctx.train_ids, progress=not FLAGS.no_progress, desc=f"distil {arch.key}")
-    scores = distiller.evaluate(ctx.eval_ids)
+    with precision_policy(FLAGS.mixed_precision):
+        with scope_of(distribution), stateful_dropout():
+            ctx = Context(FLAGS.distill_sentences)
+            student = build_student(arch, ctx.teacher_config, config.seed)
+        distiller = Distiller(ctx.teacher, student, config)
+        # A rerun of the same command after a kill continues from the last epoch's checkpoint.
+        fingerprint = {"arch": arch.key, "teacher": FLAGS.teacher, "config": config.to_dict(),
+                       "train": len(ctx.train_ids)}
+        checkpoint = EpochCheckpoint(work / "checkpoints" / f"distill-{fingerprint_hash(fingerprint)}")
+        history = distiller.train(ctx.train_ids, progress=not FLAGS.no_progress, desc=f"distil {arch.key}",
+                                  checkpoint=checkpoint, distribution=distribution)
+        scores = distiller.evaluate(ctx.eval_ids)
     table = ctx.existing_latency_table()  # read last: a search may be building it meanwhile
     info = {**describe(arch, student), "teacher": FLAGS.teacher, "train_sentences": len(ctx.train_ids),
             "eval_sentences": len(ctx.eval_ids), "config": asdict(config), "train_loss": history,
             "eval": scores, "latency_ms": table.latency(arch) if table else None,
             "teacher_latency_ms": table.teacher_ms if table else None}
-    output = Path(FLAGS.output_dir or work / "students" / arch.key.replace(",", "_"))
+    chief_dir = FLAGS.output_dir if is_chief(distribution) else ""
+    output = Path(chief_dir or work / "students" / arch.key.replace(",", "_"))
     save_student(student, ctx.tokenizer, output, info)
+    checkpoint.clear()
     print(f"{arch.key}: held-out loss {scores['total']:.4f}, latency {info['latency_ms']} ms; saved to {output}")
 
 

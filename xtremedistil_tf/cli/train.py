@@ -12,7 +12,8 @@ from pathlib import Path
 
 from absl import flags
 
-from xtremedistil_tf.cli.common import command, define_common_flags, flag_group, log_to_work_dir, one_line
+from xtremedistil_tf.cli.common import (command, define_common_flags, define_execution_flags, flag_group,
+                                        log_to_work_dir, one_line)
 from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, DataConfig
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.data.schemes import SCHEMES
@@ -156,13 +157,7 @@ flags.DEFINE_bool("use_unlabeled", MultiGrainedConfig.use_unlabeled,
                   "Train on the unlabeled transfer sentences too (the paper's DA).")
 
 flag_group("Run")
-flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
-                  "Keras dtype policy of every model trained or run (float16 with dynamic loss scaling; the CRF "
-                  "and the losses stay float32). For GPUs/TPUs; on CPUs float32 is usually fastest.")
-flags.DEFINE_enum("distribution", "none", ["none", "mirrored", "multi_worker"],
-                  "tf.distribute strategy of teacher fine-tuning, teacher outputs and the student: none (one device), "
-                  "mirrored (this machine's GPUs, or its CPU), multi_worker (the cluster in TF_CONFIG; run the same "
-                  "command on every worker). Batch sizes are global; learning rates are not rescaled (docs/scale.md).")
+define_execution_flags("teacher fine-tuning, teacher outputs and the student")
 flags.DEFINE_integer("seed", 42, "Seed for splits, initialisation, shuffling and each epoch's order (exact resume).")
 flags.DEFINE_bool("overwrite", False, "Replace artifacts in --work_dir made by another configuration.")
 
@@ -204,7 +199,7 @@ def check_flags() -> dict:
             raise ConfigError("sentence classification has a BiLSTM student only; drop --student_architecture="
                               f"{FLAGS.student_architecture}")
     if FLAGS.distribution == "multi_worker":
-        from xtremedistil_tf.training.distribute import check_tf_config
+        from xtremedistil_tf.engine.distribute import check_tf_config
 
         check_tf_config()
     if FLAGS.student and FLAGS.method == "multigrained":

@@ -63,7 +63,7 @@ class CRF(tf.keras.layers.Layer):
         **kwargs,
     ):
         # float32 under any mixed-precision policy: the forward algorithm's log-sum-exps and the
-        # -1e4 forbidden transitions do not fit float16 (training/precision.py).
+        # -1e4 forbidden transitions do not fit float16 (engine/precision.py).
         kwargs["dtype"] = "float32"
         super().__init__(**kwargs)
         if output_mode not in OUTPUT_MODES:

@@ -28,7 +28,7 @@ class _LossWeighting(tf.keras.layers.Layer):
     """What both weightings share: the loss count, output shape and config."""
 
     def __init__(self, num_losses, **kwargs):
-        # Losses are float32 under any mixed-precision policy (training/precision.py); so are their weights.
+        # Losses are float32 under any mixed-precision policy (engine/precision.py); so are their weights.
         kwargs["dtype"] = "float32"
         super().__init__(**kwargs)
         if int(num_losses) < 1:

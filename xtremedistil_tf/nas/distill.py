@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -22,6 +21,10 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf.engine.distribute import scope_of
+from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
+from xtremedistil_tf.engine.resume import EpochCheckpoint
+from xtremedistil_tf.engine.schedules import WarmupLinearDecay
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
 from xtremedistil_tf.losses.hidden import (HiddenStateProjections, attention_inputs, default_relation_layer,
@@ -112,7 +115,7 @@ def batches(encoded: Sequence[np.ndarray], batch_size: int, pad_id: int = 0,
 
 
 class Distiller:
-    """Teacher, student and the projections W_i^j; `train` and `evaluate` over batches of ids."""
+    """Teacher, student and the projections W_i^j; `train` (on the engine) and `evaluate` over batches of ids."""
 
     def __init__(self, teacher, student, config: DistillConfig):
         self.teacher, self.student, self.config = teacher, student, config
@@ -129,12 +132,7 @@ class Distiller:
                     raise ConfigError(f"{config.relation_heads} relation heads do not divide hidden size {width}")
             if not 1 <= self.relation_layer <= self.num_teacher:
                 raise ConfigError(f"relation teacher layer {self.relation_layer} out of range 1..{self.num_teacher}")
-        self.optimizer = None
-        self._train_step = None
-        signature = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)]
-        self._eval_step = tf.function(lambda ids, mask: self.losses(ids, mask, training=False),
-                                      input_signature=signature)
-        self.signature = signature
+        self.step = None
 
     def losses(self, ids, mask, training: bool) -> Dict[str, tf.Tensor]:
         """{"hs", "minilm", "total"} on one batch; ids, mask [B, T] int32."""
@@ -142,13 +140,14 @@ class Distiller:
         s_out = self.student(input_ids=ids, attention_mask=mask, output_hidden_states=True, training=training)
         t_hidden = [tf.stop_gradient(h) for h in t_out.hidden_states]
         out = {}
-        if self.uses_hs:
-            out["hs"] = hidden_state_loss(self.projections(s_out.hidden_states), t_hidden, mask,
-                                          self.config.hs_reduction)
+        if self.uses_hs:  # losses in float32 under a mixed-precision policy too
+            projected = {k: tf.cast(v, tf.float32) for k, v in self.projections(s_out.hidden_states).items()}
+            out["hs"] = hidden_state_loss(projected, t_hidden, mask, self.config.hs_reduction)
         if self.uses_minilm:
-            t_qkv = {k: tf.stop_gradient(v) for k, v in
+            t_qkv = {k: tf.cast(tf.stop_gradient(v), tf.float32) for k, v in
                      attention_inputs(self.teacher, t_hidden, self.relation_layer).items()}
-            s_qkv = attention_inputs(self.student, s_out.hidden_states, self.num_student)
+            s_qkv = {k: tf.cast(v, tf.float32) for k, v in
+                     attention_inputs(self.student, s_out.hidden_states, self.num_student).items()}
             out["minilm"] = minilm_v2_loss(s_qkv, t_qkv, mask, self.config.relation_heads)
         out["total"] = tf.add_n(list(out.values()))
         return out
@@ -157,53 +156,35 @@ class Distiller:
     def trainable_variables(self) -> list:
         return self.student.trainable_variables + self.projections.trainable_variables
 
-    def _build(self, total_steps: int) -> None:
-        from xtremedistil_tf.training.schedules import WarmupLinearDecay
+    def objects(self) -> dict:
+        """What a checkpoint holds: the student, the projections, the optimizer (engine/resume.py)."""
+        return {"student": self.student, "projections": self.projections, **self.step.optimizers()}
 
-        ids = tf.zeros([1, 2], tf.int32)
-        self.losses(ids, tf.ones_like(ids), training=False)  # creates the projections' weights
-        schedule = WarmupLinearDecay(self.config.learning_rate, total_steps,
-                                     int(self.config.warmup_fraction * total_steps))
-        self.optimizer = tf.keras.optimizers.AdamW(schedule, weight_decay=self.config.weight_decay,
-                                                   beta_1=0.9, beta_2=0.98)
-
-        @tf.function(input_signature=self.signature)
-        def step(ids, mask):
-            with tf.GradientTape() as tape:
-                losses = self.losses(ids, mask, training=True)
-            variables = self.trainable_variables
-            grads = tape.gradient(losses["total"], variables)
-            # The pooler (and, under last-1, lower projections) get no gradient from these losses.
-            self.optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables) if g is not None])
-            return losses
-
-        # Tracing teacher and student together takes minutes on 2 busy cores; a proxy of a few
-        # dozen steps finishes sooner eagerly.
-        self._train_step = step.python_function if self.config.eager else step
-
-    def train(self, encoded: Sequence[np.ndarray], progress: bool = True, desc: str = "distil") -> List[float]:
-        """config.epochs over `encoded` (shuffled per epoch, seeded); returns the mean total loss per epoch."""
-        from tqdm import tqdm
-
+    def train(self, encoded: Sequence[np.ndarray], progress: bool = True, desc: str = "distil",
+              checkpoint: Optional[EpochCheckpoint] = None, distribution: Optional[tf.distribute.Strategy] = None,
+              callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> List[float]:
+        """config.epochs over `encoded` on the engine (each epoch shuffled in the order
+        `epoch_seed(config.seed, epoch)` gives); returns the token-weighted mean total loss per epoch.
+        `checkpoint`: saved after every epoch, resumed from by a rerun; `distribution`: the
+        tf.distribute strategy teacher and student were built under (batches are global);
+        `callbacks`: Keras callbacks of every epoch's fit."""
         steps_per_epoch = -(-len(encoded) // self.config.batch_size)
-        if self._train_step is None:
-            self._build(steps_per_epoch * self.config.epochs)
-        rng = np.random.default_rng(self.config.seed)
-        history = []
-        bar = tqdm(total=steps_per_epoch * self.config.epochs, desc=desc, disable=not progress, leave=False)
-        start = time.perf_counter()
-        for epoch in range(1, self.config.epochs + 1):
-            total = []
-            for ids, mask in batches(encoded, self.config.batch_size, rng=rng):
-                total.append(float(self._train_step(tf.constant(ids), tf.constant(mask))["total"]))
-                bar.update()
-                bar.set_postfix(loss=f"{total[-1]:.4f}")
-            history.append(float(np.mean(total)))
-            # Without a progress bar (--no_progress) a long distillation still reports each epoch.
-            log.info("%s epoch %d/%d: loss %.4f, %.0f s", desc, epoch, self.config.epochs, history[-1],
-                     time.perf_counter() - start)
-        bar.close()
-        return history
+        if self.step is None:
+            with scope_of(distribution):
+                self.step = _DistillStep(self, steps_per_epoch * self.config.epochs)
+        engine = Engine(checkpoint, seed=self.config.seed, name=desc, verbose=progress, callbacks=callbacks,
+                        distribution=distribution)
+        tracker = engine.fit(self.step, self.student, lambda seed, _: self._batches(encoded, seed), None,
+                             self.config.epochs, objects=self.objects())
+        return tracker.values
+
+    def _batches(self, encoded, seed: int) -> tf.data.Dataset:
+        spec = tf.TensorSpec([None, None], tf.int32)
+        rng = np.random.default_rng(seed)
+        return tf.data.Dataset.from_generator(
+            lambda: ({"input_ids": ids, "attention_mask": mask}
+                     for ids, mask in batches(encoded, self.config.batch_size, rng=rng)),
+            output_signature={"input_ids": spec, "attention_mask": spec})
 
     def evaluate(self, encoded: Sequence[np.ndarray]) -> Dict[str, float]:
         """Mean of each loss over `encoded`, weighted by real tokens, dropout off. Eager: tracing the
@@ -215,6 +196,33 @@ class Distiller:
                 sums[name] = sums.get(name, 0.0) + float(value) * tokens
             weight += tokens
         return {name: value / max(weight, 1.0) for name, value in sums.items()}
+
+
+class _DistillStep(GroupsStep):
+    """One AdamW step on the distillation objective (appendix B: betas 0.9/0.98, linear schedule
+    with warm-up), each replica's loss weighted by its share of the global batch's tokens.
+    Tracing teacher and student together takes minutes on 2 busy cores; a proxy of a few dozen
+    steps finishes sooner eagerly (config.eager)."""
+
+    def __init__(self, distiller: Distiller, total_steps: int):
+        config = distiller.config
+        probe = tf.zeros([1, 2], tf.int32)  # one tiny batch: the first call creates the projections' weights
+        names = [n for n in distiller.losses(probe, tf.ones_like(probe), training=False) if n != "total"]
+        super().__init__((*names, "loss"), run_eagerly=config.eager)
+        self.distiller = distiller
+        schedule = WarmupLinearDecay(config.learning_rate, total_steps, int(config.warmup_fraction * total_steps))
+        self.use_groups([(tf.keras.optimizers.AdamW(schedule, weight_decay=config.weight_decay, beta_1=0.9,
+                                                    beta_2=0.98), distiller.trainable_variables)])
+
+    def train_step(self, batch):
+        tokens = tf.reduce_sum(tf.cast(batch["attention_mask"], tf.float32))
+        with tf.GradientTape() as tape:
+            losses = self.distiller.losses(batch["input_ids"], batch["attention_mask"], training=True)
+            loss = losses["total"] * replica_share(tokens)
+        # The pooler (and, under last-1, lower projections) get no gradient from these losses.
+        self.minimize(tape, loss)
+        losses["loss"] = losses.pop("total")
+        return self.track(losses, tokens)
 
 
 def save_student(student, tokenizer, directory, info: Optional[dict] = None) -> Path:

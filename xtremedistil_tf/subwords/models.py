@@ -47,7 +47,8 @@ def build_student(config, seed: int = 0):
     """A randomly initialised student masked LM, built (its variables exist)."""
     from transformers import TFBertForMaskedLM
 
-    tf.random.set_seed(seed)
+    # Keras' seeding (TF's, and the seeds of unseeded initializers under engine.stateful_dropout).
+    tf.keras.utils.set_random_seed(seed)
     model = TFBertForMaskedLM(config)
     _build(model)
     return model
@@ -100,7 +101,9 @@ def mlm_logits(model, hidden: tf.Tensor) -> tf.Tensor:
 
 
 def sum_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-    return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    """Summed CE, in float32 under a mixed-precision policy too."""
+    return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                                        logits=tf.cast(logits, tf.float32)))
 
 
 def student_mlm(model, batch: Dict[str, tf.Tensor], training: bool = False):

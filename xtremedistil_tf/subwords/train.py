@@ -19,18 +19,19 @@ at a batch of 32 on CPU, LAMB's layer-wise trust ratio (meant for batches of 409
 """
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
+from xtremedistil_tf.engine.resume import EpochCheckpoint
+from xtremedistil_tf.engine.schedules import warmup_adamw
 from xtremedistil_tf.losses.shared_projection import SharedProjections, pair_variables
 from xtremedistil_tf.losses.xtremedistil import cross_entropy
 from xtremedistil_tf.subwords.dual import DualSentence, Specials, build_batch
 from xtremedistil_tf.subwords.models import DualTeacher, encoder_variables, gather_masked, mlm_logits, word_embeddings
-from xtremedistil_tf.teachers.finetune import warmup_adamw
 
 VARIANTS: Dict[str, tuple] = {            # name -> (dual training, projection direction)
     "NoKD": (False, None),
@@ -75,7 +76,9 @@ class DistillLMConfig:
 
 
 class DualTrainer:
-    """Owns the student, the dual teacher (None for NoKD), the projections and the optimisers."""
+    """Owns the student, the dual teacher (None for NoKD), the projections and the optimisers; its
+    `step` is the Keras model the engine fits (`train`). Built in the distribution strategy's scope
+    when there is one, like the models."""
 
     def __init__(self, student, teacher: Optional[DualTeacher], cfg: DistillLMConfig, run_eagerly: bool = False):
         if cfg.dual and teacher is None:
@@ -87,10 +90,11 @@ class DualTrainer:
             t_layers = teacher.teacher.config.num_hidden_layers
             pairs = pair_variables(encoder_variables(student), encoder_variables(teacher.teacher), s_layers, t_layers)
             self.projections = SharedProjections(pairs, cfg.projection, seed=cfg.seed)
-        self.groups = self._groups()
-        self.variables = [v for _, vs in self.groups for v in vs]
-        self._step = None
-        self.run_eagerly = run_eagerly   # tests: tracing the step costs ~40 s, more than a few eager steps
+        self.keys = STUDENT_KEYS + (TEACHER_KEYS if self.teacher is not None else ())
+        # tests: tracing the step costs ~40 s, more than a few eager steps
+        self.step = _DualStep(self, run_eagerly)
+        spec = {k: tf.TensorSpec([None, None], tf.int32) for k in self.keys}
+        self._update = self.update if run_eagerly else tf.function(self.update, input_signature=[spec])
 
     def _groups(self):
         cfg = self.cfg
@@ -108,48 +112,66 @@ class DualTrainer:
 
     def losses(self, batch: Dict[str, tf.Tensor], training: bool = False) -> Dict[str, tf.Tensor]:
         """The objective's terms and their total (scalars)."""
+        return self._terms(batch, training)[0]
+
+    def _terms(self, batch, training: bool):
+        """(the terms and their total, what each term averages over)."""
         out = self.student.bert(input_ids=batch["s_ids"], attention_mask=batch["s_attn"], training=training)
         hidden, labels = gather_masked(out.last_hidden_state, batch["s_labels"])
+        counts = {"student": tf.cast(tf.size(labels), tf.float32)}
         terms = {"student": cross_entropy(mlm_logits(self.student, hidden), labels)}   # registry "mlm", Eq. 3
-        total = terms["student"]
         if self.teacher is not None:
             loss, count, _ = self.teacher.masked_loss(batch, word_embeddings(self.student), training=training)
-            terms["teacher"] = loss / tf.maximum(tf.cast(count, tf.float32), 1.0)
-            total += terms["teacher"]
+            counts["teacher"] = tf.cast(count, tf.float32)
+            terms["teacher"] = loss / tf.maximum(counts["teacher"], 1.0)
         if self.projections is not None:
             terms["projection"] = self.projections.loss()
-            total += self.cfg.alpha * terms["projection"]
-        terms["total"] = total
+            counts["projection"] = tf.constant(1.0)  # no data: 1/R of it on each replica
+        weights = {"projection": self.cfg.alpha}
+        terms["total"] = tf.add_n([weights.get(k, 1.0) * v for k, v in terms.items()]) if len(terms) > 1 \
+            else terms["student"]
+        return terms, {k: (weights.get(k, 1.0), c) for k, c in counts.items()}
+
+    def update(self, batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+        """One optimisation step on one batch (each replica's terms weighted by their shares of the
+        global batch); returns the batch's terms."""
+        with tf.GradientTape() as tape:
+            terms, counts = self._terms(batch, training=True)
+            loss = tf.add_n([w * terms[k] * replica_share(c) for k, (w, c) in counts.items()])
+        self.step.minimize(tape, loss)
         return terms
 
-    def _make_step(self):
-        keys = STUDENT_KEYS + (TEACHER_KEYS if self.teacher is not None else ())
-        spec = {k: tf.TensorSpec([None, None], tf.int32) for k in keys}
-
-        @tf.function(input_signature=[spec])
-        def step(batch):
-            with tf.GradientTape() as tape:
-                terms = self.losses(batch, training=True)
-            grads = tape.gradient(terms["total"], self.variables)
-            i = 0
-            for optimizer, variables in self.groups:
-                pairs = [(g, v) for g, v in zip(grads[i:i + len(variables)], variables) if g is not None]
-                optimizer.apply_gradients(pairs)
-                i += len(variables)
-            return terms
-        return step.python_function if self.run_eagerly else step
-
     def train_step(self, batch: Dict[str, np.ndarray]) -> Dict[str, float]:
-        if self._step is None:
-            self._step = self._make_step()
-        keys = STUDENT_KEYS + (TEACHER_KEYS if self.teacher is not None else ())
-        terms = self._step({k: tf.constant(batch[k]) for k in keys})
-        return {k: float(v) for k, v in terms.items()}
+        """`update` on one batch of arrays; the terms as floats."""
+        return {k: float(v) for k, v in self._update({k: tf.constant(batch[k]) for k in self.keys}).items()}
+
+    def objects(self) -> dict:
+        """What a checkpoint holds (engine/resume.py)."""
+        models = {"student": self.student, "teacher": self.teacher, "projections": self.projections}
+        return {**{k: v for k, v in models.items() if v is not None}, **self.step.optimizers()}
 
 
-def batches(corpus: Sequence[DualSentence], cfg: DistillLMConfig, student_spec: Specials, teacher_spec: Specials):
-    """Endless training batches: shuffled epochs over `corpus`, dual segmentation when cfg.dual."""
-    rng = np.random.default_rng(cfg.seed)
+class _DualStep(GroupsStep):
+    """The dual-training step the engine fits: `DualTrainer.update`, and each term's epoch mean."""
+
+    def __init__(self, trainer: DualTrainer, run_eagerly: bool):
+        names = ["student"] + (["teacher"] if trainer.teacher is not None else []) + \
+            (["projection"] if trainer.projections is not None else [])
+        super().__init__((*names, "loss"), run_eagerly=run_eagerly)
+        self.trainer = trainer
+        self.use_groups(trainer._groups())
+
+    def train_step(self, batch):
+        terms = self.trainer.update(batch)
+        terms["loss"] = terms.pop("total")
+        return self.track(terms)
+
+
+def batches(corpus: Sequence[DualSentence], cfg: DistillLMConfig, student_spec: Specials, teacher_spec: Specials,
+            seed: Optional[int] = None):
+    """Endless training batches: shuffled epochs over `corpus`, dual segmentation when cfg.dual;
+    shuffling and masking drawn from `seed` (default cfg.seed)."""
+    rng = np.random.default_rng(cfg.seed if seed is None else seed)
     while True:
         order = rng.permutation(len(corpus))
         for start in range(0, len(order) - cfg.batch_size + 1, cfg.batch_size):
@@ -159,23 +181,33 @@ def batches(corpus: Sequence[DualSentence], cfg: DistillLMConfig, student_spec: 
 
 
 def train(trainer: DualTrainer, corpus: Sequence[DualSentence], student_spec: Specials, teacher_spec: Specials,
-          progress: bool = True, log_every: int = 50) -> List[dict]:
-    """cfg.steps optimisation steps with a progress bar; returns the loss terms every `log_every` steps
-    (averaged over those steps) with the elapsed seconds."""
-    from tqdm import tqdm
-
+          progress: bool = True, log_every: int = 50, checkpoint: Optional[EpochCheckpoint] = None,
+          distribution: Optional[tf.distribute.Strategy] = None,
+          callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> List[dict]:
+    """cfg.steps optimisation steps on the engine, an engine epoch per `log_every` steps (its
+    batches drawn from the epoch's seed, `epoch_seed(cfg.seed, epoch)`); returns each epoch's mean
+    loss terms with the step reached and the elapsed seconds. `checkpoint`: saved after every
+    epoch, resumed from by a rerun; `distribution`: the strategy the models and `trainer` were
+    built under (batches are global); `callbacks`: Keras callbacks of every epoch's fit."""
     cfg = trainer.cfg
-    history, window = [], []
-    start = time.time()
-    source = batches(corpus, cfg, student_spec, teacher_spec)
-    bar = tqdm(range(cfg.steps), desc=f"distil_lm {cfg.variant}", disable=not progress, dynamic_ncols=True)
-    for step in bar:
-        window.append(trainer.train_step(next(source)))
-        if (step + 1) % log_every == 0 or step + 1 == cfg.steps:
-            mean = {k: float(np.mean([w[k] for w in window])) for k in window[0]}
-            history.append({"step": step + 1, "seconds": round(time.time() - start, 1), **mean})
-            bar.set_postfix({k: f"{v:.3f}" for k, v in mean.items()})
-            window = []
+    spec = {k: tf.TensorSpec([None, None], tf.int32) for k in trainer.keys}
+
+    def train_for(seed: int, epoch: int) -> tf.data.Dataset:
+        steps = min(log_every, cfg.steps - epoch * log_every)
+        source = batches(corpus, cfg, student_spec, teacher_spec, seed)
+        return tf.data.Dataset.from_generator(lambda: ({k: b[k] for k in trainer.keys} for b in source),
+                                              output_signature=spec).take(steps)
+
+    models = [m for m in (trainer.student, trainer.teacher and trainer.teacher.teacher) if m is not None]
+    engine = Engine(checkpoint, seed=cfg.seed, name=f"distil_lm {cfg.variant}", verbose=progress,
+                    callbacks=callbacks, distribution=distribution)
+    engine.fit(trainer.step, trainer.student, train_for, None, -(-cfg.steps // log_every),
+               objects=trainer.objects(), reseed=models)
+    history, seconds = [], 0.0
+    for epoch, logs in enumerate(engine.epochs):
+        seconds += logs.pop("seconds")
+        history.append({"step": min((epoch + 1) * log_every, cfg.steps), "seconds": round(seconds, 1),
+                        **{k: v for k, v in logs.items() if k != "loss"}, "total": logs["loss"]})
     return history
 
 

@@ -5,27 +5,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
-from tqdm.auto import tqdm
 
-from xtremedistil_tf.console import epoch_line
 from xtremedistil_tf.data.alignment import Windows, encode, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import score_by_language
+from xtremedistil_tf.engine.distribute import scope_of
+from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
+from xtremedistil_tf.engine.resume import EpochCheckpoint
+from xtremedistil_tf.engine.schedules import warmup_adamw
+from xtremedistil_tf.engine.tensorboard import ScalarLog, current_learning_rate
 from xtremedistil_tf.losses.sequence import labeled_rows
 from xtremedistil_tf.losses.xtremedistil import label_mask
-from xtremedistil_tf.training.distribute import scope_of, shard_by_data
-from xtremedistil_tf.training.precision import all_finite, needs_loss_scaling
-from xtremedistil_tf.training.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
-from xtremedistil_tf.training.schedules import WarmupLinearDecay
-from xtremedistil_tf.training.tensorboard import ScalarLog, current_learning_rate
-from xtremedistil_tf.validation import check_finite_loss
 
 log = logging.getLogger(__name__)
 
@@ -177,61 +173,40 @@ def parameter_groups(teacher, config: FinetuneConfig, total_steps: int):
     return groups
 
 
-def warmup_adamw(peak, total_steps, warmup, weight_decay):
-    """BERT's fine-tuning optimizer: AdamW with linear warm-up to `peak` over `warmup` steps, then
-    linear decay to 0 at `total_steps`; no weight decay on LayerNorm parameters and biases."""
-    optimizer = tf.keras.optimizers.AdamW(
-        learning_rate=WarmupLinearDecay(peak, total_steps, warmup), weight_decay=weight_decay,
-        epsilon=1e-8)
-    optimizer.exclude_from_weight_decay(var_names=["LayerNorm", "layer_norm", "bias"])
-    return optimizer
+class TeacherStep(GroupsStep):
+    """The fine-tuning step of any teacher head, on its own loss (`teacher.loss`), one optimizer per
+    group (`engine.apply_groups`: under mixed_float16 one dynamic loss scale serves every group).
+    Under a tf.distribute strategy each replica weights its loss by its share of the global batch's
+    count (`loss_count`), so the summed gradients are the single-device update of the global batch."""
+
+    def __init__(self, teacher, groups):
+        super().__init__(("loss",))
+        self.teacher = teacher
+        self.use_groups(groups)
+
+    def update(self, batch):
+        with tf.GradientTape() as tape:
+            loss = self.teacher.loss(batch, training=True)
+            if tf.distribute.has_strategy():
+                loss_ = loss * replica_share(loss_count(self.teacher, batch))
+            else:
+                loss_ = loss
+        self.minimize(tape, loss_)
+        return loss
+
+    def train_step(self, batch):
+        return self.track({"loss": self.update(batch)})
 
 
 def make_train_step(teacher, groups, label_shape=(None, None)):
-    """One compiled step on the teacher's own loss (`teacher.loss`), one optimizer per group.
-    `label_shape`: [B, T] piece tags, or [B] (None,) for sentence classes.
-
-    Under mixed_float16 one dynamic loss scale serves every group: the first group's optimizer is
-    wrapped in a LossScaleOptimizer, which sees an overflow anywhere (its gradients are made
-    non-finite when any group's are), skips its update and lowers the scale; the other groups skip
-    that step too."""
-    variables = [v for _, vs in groups for v in vs]
+    """`TeacherStep.update` as one compiled function of a batch (`label_shape`: [B, T] piece tags,
+    or [B] (None,) for sentence classes); `.loss_scaler` is the LossScaleOptimizer (None without
+    loss scaling)."""
     spec = tf.TensorSpec([None, None], tf.int32)
-    labels = tf.TensorSpec(label_shape, tf.int32)
-    scaler = tf.keras.mixed_precision.LossScaleOptimizer(groups[0][0]) if needs_loss_scaling() else None
-    if scaler:
-        # Slots must exist before apply_gradients runs inside tf.cond.
-        for optimizer, group in groups[1:]:
-            optimizer.build(group)
-
-    def apply(grads, finite):
-        start = 0
-        for index, (optimizer, group) in enumerate(groups):
-            pairs = list(zip(grads[start:start + len(group)], group))
-            start += len(group)
-            if not scaler:
-                optimizer.apply_gradients(pairs)
-            elif index == 0:
-                scaler.apply_gradients(pairs)
-            else:
-                tf.cond(finite, lambda opt=optimizer, pairs=pairs: _applied(opt, pairs), lambda: tf.constant(False))
-
-    @tf.function(input_signature=[{"input_ids": spec, "attention_mask": spec, "label_ids": labels}])
-    def train_step(batch):
-        with tf.GradientTape() as tape:
-            loss = teacher.loss(batch, training=True)
-            scaled = scaler.get_scaled_loss(loss) if scaler else loss
-        grads = tape.gradient(scaled, variables)
-        finite = None
-        if scaler:
-            grads = scaler.get_unscaled_gradients(grads)
-            finite = all_finite(grads)
-            size = len(groups[0][1])
-            grads = [poison(g, finite) for g in grads[:size]] + list(grads[size:])
-        apply(grads, finite)
-        return loss
-
-    train_step.loss_scaler = scaler  # None without loss scaling; read by tests and logs
+    step = TeacherStep(teacher, groups)
+    train_step = tf.function(step.update, input_signature=[
+        {"input_ids": spec, "attention_mask": spec, "label_ids": tf.TensorSpec(label_shape, tf.int32)}])
+    train_step.loss_scaler = step.scaler
     return train_step
 
 
@@ -245,49 +220,6 @@ def loss_count(teacher, batch) -> tf.Tensor:
     if hasattr(teacher, "crf"):
         return tf.reduce_sum(tf.cast(labeled_rows(batch["label_ids"], batch["attention_mask"], pad_id), tf.float32))
     return tf.reduce_sum(label_mask(batch["label_ids"], batch["attention_mask"], pad_id))
-
-
-def make_distributed_train_step(teacher, groups, distribution):
-    """`make_train_step` under a tf.distribute strategy: each replica takes its slice of the global
-    batch, weights its loss by its share of the global count (`loss_count`), and each group's
-    optimizer sums the replicas' gradients, giving the single-device update of the global batch.
-    Returns the global batch's loss."""
-    variables = [v for _, vs in groups for v in vs]
-
-    def replica_step(batch):
-        context = tf.distribute.get_replica_context()
-        count = loss_count(teacher, batch)
-        share = tf.math.divide_no_nan(count, context.all_reduce(tf.distribute.ReduceOp.SUM, count))
-        with tf.GradientTape() as tape:
-            loss = teacher.loss(batch, training=True) * share
-        grads = tape.gradient(loss, variables)
-        start = 0
-        for optimizer, group in groups:
-            optimizer.apply_gradients(zip(grads[start:start + len(group)], group))
-            start += len(group)
-        return loss
-
-    @tf.function
-    def train_step(batch):
-        return distribution.reduce(tf.distribute.ReduceOp.SUM, distribution.run(replica_step, args=(batch,)),
-                                   axis=None)
-
-    train_step.loss_scaler = None
-    return train_step
-
-
-def _applied(optimizer, pairs):
-    optimizer.apply_gradients(pairs)
-    return tf.constant(True)
-
-
-def poison(gradient, finite):
-    """`gradient` where `finite`, NaN elsewhere (an IndexedSlices keeps its sparsity)."""
-    if gradient is None:
-        return None
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(poison(gradient.values, finite), gradient.indices, gradient.dense_shape)
-    return tf.where(finite, gradient, tf.constant(float("nan"), gradient.dtype))
 
 
 def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.ndarray:
@@ -328,79 +260,32 @@ def train_with_early_stopping(teacher, dataset, num_examples: int, dev_f1: Calla
                               config: FinetuneConfig, label_shape=(None, None),
                               log_dir: Optional[str] = None, checkpoint: Optional[EpochCheckpoint] = None,
                               distribution: Optional[tf.distribute.Strategy] = None) -> FinetuneResult:
-    """The fine-tuning loop of any teacher head: epochs over `dataset` (batches with label_ids of
-    `label_shape`; or a function `seed -> batches` giving each epoch's order from
-    `resume.epoch_seed(config.seed, epoch)`), `dev_f1()` after each, best weights kept, `patience`
-    epochs without gain stop it. `log_dir`: TensorBoard scalars (train loss, dev F1, learning
-    rates) per epoch. `checkpoint`: saved after every epoch (teacher, every optimizer, the loss
-    scale, best weights, history); a run whose checkpoint dir holds one continues after it.
-    `distribution`: a tf.distribute strategy the teacher was built under; batches are global."""
-    checkpoint = checkpoint or EpochCheckpoint(None)
+    """The fine-tuning loop of any teacher head, on the engine (engine/loop.py): epochs over
+    `dataset` (batches with label_ids of `label_shape`; or a function `seed -> batches` giving each
+    epoch's order from `engine.epoch_seed(config.seed, epoch)`), `dev_f1()` after each, best
+    weights kept, `patience` epochs without gain stop it. `log_dir`: TensorBoard scalars (train
+    loss, dev F1, learning rates) per epoch. `checkpoint`: saved after every epoch (teacher, every
+    optimizer, the loss scale, best weights, history); a run whose checkpoint dir holds one
+    continues after it. `distribution`: a tf.distribute strategy the teacher was built under;
+    batches are global."""
     steps = -(-num_examples // config.batch_size)
     if config.max_steps_per_epoch:
         steps = min(steps, config.max_steps_per_epoch)
     with scope_of(distribution):
         groups = parameter_groups(teacher, config, steps * config.epochs)
-        if distribution is not None:
-            if needs_loss_scaling():
-                raise ConfigError("teacher fine-tuning under --distribution takes --mixed_precision=mixed_bfloat16 "
-                                  "or float32: its per-depth optimizers share one float16 loss scale, which "
-                                  "TensorFlow's LossScaleOptimizer cannot do across replicas")
-            train_step = make_distributed_train_step(teacher, groups, distribution)
-        else:
-            train_step = make_train_step(teacher, groups, label_shape)
-        for optimizer, group in groups:  # slots exist before a checkpoint is restored into them
-            optimizer.build(group)
+        step = TeacherStep(teacher, groups)
     scalars = ScalarLog(log_dir)
-    result, best_weights, stale = FinetuneResult(), None, 0
-    best = WeightsSlot(teacher.get_weights()) if checkpoint.enabled else None
-    objects = {"teacher": teacher, "optimizers": [optimizer for optimizer, _ in groups], "best": best}
-    if train_step.loss_scaler is not None:
-        objects["loss_scale"] = train_step.loss_scaler
-    position = checkpoint.position()
-    if position:
-        checkpoint.restore(objects)
-        result = FinetuneResult(position["history"], position["best_epoch"], position["best_dev_f1"])
-        stale = position["stale"]
-        best_weights = best.numpy() if result.best_epoch > 0 else None
-    for epoch in range(len(result.history), config.epochs):
-        if stale >= config.patience:
-            break
-        seed = epoch_seed(config.seed, epoch)
-        reseed_epoch([teacher], seed)
-        batches = (dataset(seed) if callable(dataset) else dataset).take(steps)
-        if distribution is not None:
-            batches = distribution.experimental_distribute_dataset(shard_by_data(batches))
-        started = time.time()
-        losses = _run_epoch(train_step, batches, steps, epoch, config)
-        check_finite_loss(float(np.mean(losses)), "teacher", epoch + 1)
-        record = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "dev_f1": float(dev_f1())}
+
+    def write_scalars(epoch: int, record: dict) -> None:
         # groups: one per encoder depth from the top (0), then the head.
-        scalars.write(epoch + 1, {**record, "learning_rate/top_layer": current_learning_rate(groups[0][0]),
-                                  "learning_rate/head": current_learning_rate(groups[-1][0])})
-        result.history.append(record)
-        log.info(epoch_line("teacher", epoch + 1, config.epochs, time.time() - started, loss=record["train_loss"],
-                            dev_f1=record["dev_f1"]))
-        if record["dev_f1"] > result.best_dev_f1:
-            result.best_dev_f1, result.best_epoch, stale = record["dev_f1"], epoch + 1, 0
-            best_weights = teacher.get_weights()
-        else:
-            stale += 1
-        if checkpoint.enabled:
-            if best_weights is not None:
-                best.assign(best_weights)
-            checkpoint.save(objects, {"history": result.history, "best_epoch": result.best_epoch,
-                                      "best_dev_f1": result.best_dev_f1, "stale": stale})
-    if best_weights is not None:
-        teacher.set_weights(best_weights)
-    return result
+        scalars.write(epoch, {"train_loss": record["loss"], "dev_f1": record["dev_f1"],
+                              "learning_rate/top_layer": current_learning_rate(groups[0][0]),
+                              "learning_rate/head": current_learning_rate(groups[-1][0])})
 
-
-def _run_epoch(train_step, dataset, steps, epoch, config) -> List[float]:
-    losses = []
-    bar = tqdm(dataset, total=steps, desc=f"teacher epoch {epoch + 1}/{config.epochs}",
-               disable=not config.progress, unit="batch")
-    for batch in bar:
-        losses.append(float(train_step(batch)))
-        bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
-    return losses
+    engine = Engine(checkpoint, seed=config.seed, name="teacher", verbose=config.progress, distribution=distribution)
+    tracker = engine.fit(step, teacher, lambda seed, _: (dataset(seed) if callable(dataset) else dataset).take(steps),
+                         None, config.epochs, objects={"teacher": teacher, **step.optimizers()},
+                         patience=config.patience, score=dev_f1, baseline=False, after_epoch=write_scalars)
+    history = [{"epoch": epoch, "train_loss": record["loss"], "dev_f1": record["dev_f1"]}
+               for epoch, record in enumerate(engine.epochs, start=1)]
+    return FinetuneResult(history, tracker.best_epoch or -1, -tracker.best if tracker.best_epoch else -1.0)

@@ -19,11 +19,11 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.students.models import build_bilstm_classifier
 from xtremedistil_tf.teachers.classifier import score_texts
 from xtremedistil_tf.training.staged import DistilConfig, EvaluateFn, head_argmax_fn, train_student
-from xtremedistil_tf.training.distribute import scope_of
-from xtremedistil_tf.training.resume import EpochCheckpoint
+from xtremedistil_tf.engine.distribute import scope_of
+from xtremedistil_tf.engine.resume import EpochCheckpoint
 from xtremedistil_tf.training.student_run import (StudentConfig, build_resumable, distil_config, staged_sources,
                                                   student_embeddings)
-from xtremedistil_tf.training.tensorboard import EpochScalars, ScalarLog
+from xtremedistil_tf.engine.tensorboard import EpochScalars, ScalarLog
 
 
 

@@ -42,11 +42,11 @@ from xtremedistil_tf.losses import registry, sequence
 from xtremedistil_tf.losses.sequence import hard_targets
 from xtremedistil_tf.students.models import StudentArch
 from xtremedistil_tf.teachers.multigrained_outputs import check_kbest
-from xtremedistil_tf.training.distribute import scope_of, shard_by_data
-from xtremedistil_tf.training.precision import with_loss_scaling
-from xtremedistil_tf.training.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
-from xtremedistil_tf.training.tensorboard import ScalarLog, current_learning_rate
-from xtremedistil_tf.validation import check_finite_loss
+from xtremedistil_tf.engine.distribute import scope_of, shard_by_data
+from xtremedistil_tf.engine.loop import check_finite_loss, replica_share
+from xtremedistil_tf.engine.precision import with_loss_scaling
+from xtremedistil_tf.engine.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
+from xtremedistil_tf.engine.tensorboard import ScalarLog, current_learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class MultiGrainedConfig:
     # tiny students (tests, smoke runs) running eagerly is faster overall.
     run_eagerly: bool = field(default=False, compare=False)
     progress: bool = field(default=False, compare=False)        # a progress bar per epoch
-    log_dir: Optional[str] = field(default=None, compare=False)  # TensorBoard scalars per epoch (training/tensorboard.py)
+    log_dir: Optional[str] = field(default=None, compare=False)  # TensorBoard scalars per epoch (engine/tensorboard.py)
 
     def __post_init__(self):
         self.losses = tuple(self.losses)
@@ -156,7 +156,7 @@ def _trim(batch: Dict[str, tf.Tensor], kbest: int) -> Dict[str, tf.Tensor]:
 def _stream(ds: tf.data.Dataset, keys: Sequence[str], config: MultiGrainedConfig, shuffle: bool,
             seed: Optional[int] = None):
     """Per-example dicts -> trimmed batches of `keys`; shuffled in the order `seed` fixes (one
-    epoch's order, training/resume.py), or reshuffled at every iteration from `config.seed`."""
+    epoch's order, engine/resume.py), or reshuffled at every iteration from `config.seed`."""
     ds = ds.map(lambda ex: {k: ex[k] for k in keys})
     if shuffle:
         ds = ds.shuffle(config.shuffle_buffer, seed=config.seed if seed is None else seed,
@@ -206,7 +206,7 @@ class _Steps:
         with scope_of(distribution):
             self.optimizer = with_loss_scaling(tf.keras.optimizers.Adam(config.learning_rate,
                                                                         global_clipnorm=config.clipnorm))
-            # Slots exist before a checkpoint is restored into them (training/resume.py).
+            # Slots exist before a checkpoint is restored into them (engine/resume.py).
             getattr(self.optimizer, "inner_optimizer", self.optimizer).build(self.variables)
         dev_spec = {k: tf.TensorSpec([None, None], tf.int32) for k in (*INPUT_KEYS, "label_ids")}
         if distribution is not None:
@@ -229,8 +229,7 @@ class _Steps:
 
     def _replica_train(self, batch):
         context = tf.distribute.get_replica_context()
-        counts = _loss_counts(self.config.losses, batch, self.pad_id)
-        share = tf.math.divide_no_nan(counts, context.all_reduce(tf.distribute.ReduceOp.SUM, counts))
+        share = replica_share(_loss_counts(self.config.losses, batch, self.pad_id))
         replicas = float(context.num_replicas_in_sync)
         with tf.GradientTape() as tape:
             outputs = self.student({k: batch[k] for k in INPUT_KEYS}, training=True)
@@ -294,7 +293,7 @@ def train_multigrained(student: tf.keras.Model, train_ds: tf.data.Dataset, dev_d
     pad_id: the TagVocab's [PAD] id (marks unlabeled windows). evaluate_fn(student) -> dev F1
     selects the epoch when given (e.g. `make_crf_dev_f1`); otherwise the dev NLL does.
     checkpoint: saved after every epoch (student, lambdas, Adam, best weights, the history); a run
-    whose checkpoint dir holds one continues after its last epoch (training/resume.py).
+    whose checkpoint dir holds one continues after its last epoch (engine/resume.py).
     distribution: a tf.distribute strategy the student was built under; batches are global.
     """
     if evaluate_fn is None and dev_ds is None:

@@ -16,25 +16,22 @@ set drives the epoch and the train set repeats.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf.console import epoch_line
 from xtremedistil_tf.data.alignment import CompiledPerStudent, Windows, predict_by_length
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.xtremedistil import DEFAULT_REPRESENTATION_LOSS, TEACHER_MASK
 from xtremedistil_tf.students.models import StudentArch, encoder_layer_name
 from xtremedistil_tf.teachers.finetune import trim_to_longest
-from xtremedistil_tf.training.callbacks import BatchBar, BestSoFar
-from xtremedistil_tf.training.distribute import scope_of, shard_by_data
-from xtremedistil_tf.training.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
+from xtremedistil_tf.engine.distribute import scope_of
+from xtremedistil_tf.engine.loop import Engine, replica_share
+from xtremedistil_tf.engine.resume import EpochCheckpoint
 from xtremedistil_tf.training.strategies import Stage, Strategy, get_strategy
-from xtremedistil_tf.validation import check_finite_loss
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +136,7 @@ class _StageModel(tf.keras.Model):
             value = loss(outs[source], batch, mask)
             count = loss.count(mask)
             self.trackers[name].update_state(value, sample_weight=count)
-            total += weight * (value * _replica_share(count) if training and tf.distribute.has_strategy() else value)
+            total += weight * (value * replica_share(count) if training else value)
         return total
 
     def _mask(self, batch, loss, output):
@@ -158,21 +155,13 @@ class _StageModel(tf.keras.Model):
         with tf.GradientTape() as tape:
             loss = self._update(data, training=True)
         # minimize scales and unscales the loss when compile wrapped the optimizer in a
-        # LossScaleOptimizer (it does under mixed_float16: training/precision.py).
+        # LossScaleOptimizer (it does under mixed_float16: engine/precision.py).
         self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
         return self._results()
 
     def test_step(self, data):
         self._update(data, training=False)
         return self._results()
-
-
-def _replica_share(count):
-    """This replica's share of the global batch's `count` (summed over replicas): a replica's
-    term mean times its share, summed over replicas by the optimizer, is the term's mean over
-    the global batch (trackers keep the unscaled means; Keras aggregates them over replicas)."""
-    context = tf.distribute.get_replica_context()
-    return tf.math.divide_no_nan(count, context.all_reduce(tf.distribute.ReduceOp.SUM, count))
 
 
 def batched(ds: tf.data.Dataset, batch_size: int, shuffle_buffer: int = 0, seed: int = 0,
@@ -228,8 +217,8 @@ def _for_epoch(source, seed: int):
     return source(seed) if callable(source) else source
 
 
-def _stage_data(stage: Stage, sources: Dict[str, object], dev_ds: tf.data.Dataset, seed: int = 0):
-    """(train data of {source: batch}, dev data of {source: batch}) for one epoch of a stage."""
+def _train_data(stage: Stage, sources: Dict[str, object], seed: int = 0) -> tf.data.Dataset:
+    """One epoch of a stage's batches of {source: batch}."""
     parts = {}
     for src in stage.sources:
         if sources[src] is None:
@@ -241,9 +230,13 @@ def _stage_data(stage: Stage, sources: Dict[str, object], dev_ds: tf.data.Datase
     else:
         train = tf.data.Dataset.zip((parts["transfer"], parts["train"].repeat())).map(
             lambda t, l: {"transfer": t, "train": l})
+    return train.prefetch(tf.data.AUTOTUNE)
+
+
+def _dev_data(stage: Stage, dev_ds: tf.data.Dataset) -> tf.data.Dataset:
+    """The dev batches of a stage, as {source: batch} for each of its sources."""
     dev = _select(dev_ds, _needed_keys(stage), "dev", stage)
-    dev = dev.map(lambda b: {src: b for src in stage.sources})
-    return train.prefetch(tf.data.AUTOTUNE), dev.prefetch(tf.data.AUTOTUNE)
+    return dev.map(lambda b: {src: b for src in stage.sources}).prefetch(tf.data.AUTOTUNE)
 
 
 def _count_batches(ds: tf.data.Dataset) -> int:
@@ -286,42 +279,8 @@ def _step_model(student, terms, config, batches, trainable, distribution=None):
         model = _StageModel(student, terms, config.pad_id)
         model.compile(optimizer=_optimizer(config, batches * config.epochs_per_layer),
                       run_eagerly=config.run_eagerly)
-        if distribution is not None:
-            # The trackers' results are already over all replicas (Keras merges metric results);
-            # summing them again over replicas would multiply the logged losses by R.
-            model.distribute_reduction_method = "first"
         model.optimizer.build(model.trainable_variables)
     return model
-
-
-def _run_step(student, model, config, stage, sources, dev_ds, where, tracker, callbacks, save, distribution=None,
-              context: str = ""):
-    """Train one unfreeze step epoch by epoch from `tracker`'s state, saving after each epoch, and
-    leave the best weights in the student. `where` = (stage, step) indices, for the epoch seeds;
-    `context` names the step in the epoch lines ("stage 2/3 (logits) step 1/4 +logits")."""
-    _, dev = _stage_data(stage, sources, dev_ds)
-    for epoch in range(len(tracker.values), config.epochs_per_layer):
-        if tracker.stopped:
-            break
-        seed = epoch_seed(config.seed, *where, epoch)
-        reseed_epoch([student], seed)
-        train, _ = _stage_data(stage, sources, dev_ds, seed)
-        if distribution is not None:
-            train, dev = shard_by_data(train), shard_by_data(dev)
-        started = time.time()
-        # One fit call per epoch (for exact resume): Keras' own "Epoch k/k" lines would mislead, so
-        # the bar and the epoch line are ours, counted over the unfreeze step's epochs.
-        bar = [BatchBar(f"{context} epoch {epoch + 1}/{config.epochs_per_layer}")] if config.verbose else []
-        fit = model.fit(train, validation_data=dev, initial_epoch=epoch, epochs=epoch + 1,
-                        callbacks=list(callbacks) + bar, verbose=0)
-        check_finite_loss(fit.history["loss"][-1], "student", f"{epoch + 1} ({context})")
-        tracker.update(fit.history["val_loss"][-1], student.get_weights)
-        log.info(epoch_line("student", epoch + 1, config.epochs_per_layer, time.time() - started, context,
-                            loss=fit.history["loss"][-1], dev_loss=fit.history["val_loss"][-1]))
-        save(tracker, model.optimizer)
-    if tracker.best_weights is not None:
-        student.set_weights(tracker.best_weights)
-    return tracker
 
 
 def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfer_ds, dev_ds: tf.data.Dataset,
@@ -332,35 +291,27 @@ def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfe
 
     `train_ds`, `transfer_ds`: batched datasets, or per-epoch sources `seed -> dataset` (e.g.
     `student_run.staged_sources`) whose order is a function of the epoch's seed
-    (`resume.epoch_seed(config.seed, stage, step, epoch)`): what makes a resumed run repeat the
-    uninterrupted one exactly. `checkpoint`: saved after every epoch and every finished step; a run
-    given a checkpoint dir that holds one continues from it (training/resume.py).
+    (`engine.epoch_seed(config.seed, stage, step, epoch)`): what makes a resumed run repeat the
+    uninterrupted one exactly. Each unfreeze step is one `Engine.fit`. `checkpoint`: saved after
+    every epoch and every finished step; a run given a checkpoint dir that holds one continues
+    from it (engine/resume.py).
     `evaluate_fn(student, head)` (e.g. `make_dev_f1(...)`) gives dev F1 after each step of a stage
     that has a tagger (`head` is "softmax" or "logits"). Layers frozen on entry (e.g. teacher
     embeddings built with freeze_embeddings=True) stay frozen, and a step that would unfreeze only
     those is skipped. On return every other layer is trainable again. `distribution`: a
-    tf.distribute strategy the student was built under (training/distribute.py); batches are global.
+    tf.distribute strategy the student was built under (engine/distribute.py); batches are global.
     """
     strategy: Strategy = get_strategy(strategy_name)
-    checkpoint = checkpoint or EpochCheckpoint(None)
+    engine = Engine(checkpoint, seed=config.seed, verbose=bool(config.verbose), callbacks=callbacks,
+                    distribution=distribution)
     entry_frozen = {layer.name for layer in student.layers if layer.weights and not layer.trainable}
     history = StagedHistory(strategy.name)
-    resume = checkpoint.position()
-    if resume:
-        history.steps = [_record(r) for r in resume["history"]]
-    best = WeightsSlot(student.get_weights()) if checkpoint.enabled else None
+    if engine.position:
+        history.steps = [_record(r) for r in engine.position["history"]]
     sources = {"train": train_ds, "transfer": transfer_ds}
 
-    def save(tracker: Optional[BestSoFar], optimizer=None):
-        if not checkpoint.enabled:
-            return
-        objects = {"student": student}
-        if tracker is not None:
-            objects.update(optimizer=optimizer, best=best)
-            if tracker.best_weights is not None:
-                best.assign(tracker.best_weights)
-        checkpoint.save(objects, {"history": [asdict(s) for s in history.steps],
-                                  "step": tracker.state() if tracker else None})
+    def state() -> dict:
+        return {"history": [asdict(s) for s in history.steps]}
 
     try:
         run = 0  # unfreeze steps run so far, over all stages
@@ -377,35 +328,22 @@ def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfe
                 if run <= len(history.steps):
                     continue  # finished before the run was killed
                 if batches is None:
-                    batches = _count_batches(_stage_data(stage, sources, dev_ds)[0])
+                    batches = _count_batches(_train_data(stage, sources))
                 model = _step_model(student, terms, config, batches, trainable, distribution)
-                tracker = None
-                if resume:
-                    objects = {"student": student}
-                    if resume["step"]:
-                        objects.update(optimizer=model.optimizer, best=best)
-                    checkpoint.restore(objects)
-                    if resume["step"]:
-                        tracker = BestSoFar.from_state(resume["step"], config.patience, best.numpy())
-                    resume = None
-                if tracker is None:
-                    _, dev = _stage_data(stage, sources, dev_ds)
-                    dev = dev if distribution is None else shard_by_data(dev)
-                    initial = float(model.evaluate(dev, verbose=0, return_dict=True)["loss"])
-                    tracker = BestSoFar(config.patience, baseline=initial, weights=student.get_weights())
                 context = (f"{strategy.name} stage {stage_index}/{len(strategy.stages)} ({stage.name}) step "
                            f"{step_index + 1}/{len(stage.unfreeze)} +{'+'.join(new)}")
-                _run_step(student, model, config, stage, sources, dev_ds, (stage_index, step_index), tracker,
-                          callbacks, lambda t, opt: save(t, opt), distribution, context)
+                tracker = engine.fit(model, student, lambda seed, _: _train_data(stage, sources, seed),
+                                     _dev_data(stage, dev_ds), config.epochs_per_layer,
+                                     objects={"student": student, "optimizer": model.optimizer}, state=state(),
+                                     where=(stage_index, step_index), patience=config.patience, context=context)
                 f1 = evaluate_fn(student, stage.eval_head) if evaluate_fn and stage.eval_head else None
                 history.steps.append(StepRecord(
                     stage_index, stage.name, tuple(new), tuple(trainable), tracker.baseline, tracker.values,
                     tracker.best_epoch, tracker.best, f1))
-                save(None)
+                engine.save({"student": student}, state())
                 log.info("[student] %s: dev loss %.4g -> %.4g (best epoch %s)%s", context, tracker.baseline,
                          tracker.best, tracker.best_epoch, "" if f1 is None else f", dev F1 {100 * f1:.2f}")
-        if resume:  # every step had finished: the checkpoint holds the final student
-            checkpoint.restore({"student": student})
+        engine.restore({"student": student})  # every step had finished: the checkpoint holds the final student
     finally:
         _set_trainable(student, [layer.name for layer in student.layers if layer.name not in entry_frozen])
     return history

@@ -34,7 +34,7 @@ from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_famil
 from xtremedistil_tf.training.multigrained import MultiGrainedConfig
 from xtremedistil_tf.training.staged import INPUT_KEYS, DistilConfig, batched, make_dev_f1, train_student
 from xtremedistil_tf.training.strategies import get_strategy
-from xtremedistil_tf.training.tensorboard import EpochScalars, ScalarLog
+from xtremedistil_tf.engine.tensorboard import EpochScalars, ScalarLog
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
                    shuffle_buffer: Optional[int] = None, pad_id: Optional[int] = None):
     """`staged_datasets` as per-epoch sources for `train_student`: (labeled train, transfer) as
     functions `seed -> batches` whose shuffle order is fixed by the epoch's seed (exact resume,
-    training/resume.py), and dev batches. With no labeled examples (`train_examples` 0, a teacher
+    engine/resume.py), and dev batches. With no labeled examples (`train_examples` 0, a teacher
     used as it is) the "train" source is the transfer set labeled with the teacher's own argmax
     (`teacher_labeled`; `pad_id` is the label of padding pieces)."""
     shuffle_buffer = min(50_000, 10 * cfg.batch_size) if shuffle_buffer is None else shuffle_buffer
@@ -172,8 +172,8 @@ def teacher_labeled(examples: tf.data.Dataset, pad_id: int, keys: Sequence[str])
 
 
 def build_resumable(build, *args, **kwargs) -> tf.keras.Model:
-    """`build(*args, **kwargs)` with dropout that each epoch can reseed (training/resume.py)."""
-    from xtremedistil_tf.training.resume import stateful_dropout
+    """`build(*args, **kwargs)` with dropout that each epoch can reseed (engine/resume.py)."""
+    from xtremedistil_tf.engine.resume import stateful_dropout
 
     with stateful_dropout():
         return build(*args, **kwargs)
@@ -188,8 +188,8 @@ def distil(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, t
     pipeline caches train before any unlabeled text); the dev cache carries teacher outputs so
     every step can be selected by its stage's loss on dev.
     """
-    from xtremedistil_tf.training.distribute import scope_of
-    from xtremedistil_tf.training.resume import EpochCheckpoint
+    from xtremedistil_tf.engine.distribute import scope_of
+    from xtremedistil_tf.engine.resume import EpochCheckpoint
 
     tf.keras.utils.set_random_seed(cfg.seed)
     with scope_of(distribution):
@@ -214,9 +214,9 @@ def distil_multigrained(cfg: MultiGrainedConfig, teacher, tokenizer, transfer_di
     L_hard); the rest are unlabeled sentences (the teacher's top-1 for L_hard), used when
     `use_unlabeled` (DA). Epochs are selected by Viterbi entity F1 on dev.
     """
-    from xtremedistil_tf.training.distribute import scope_of
+    from xtremedistil_tf.engine.distribute import scope_of
     from xtremedistil_tf.training.multigrained import make_crf_dev_f1, train_multigrained
-    from xtremedistil_tf.training.resume import EpochCheckpoint
+    from xtremedistil_tf.engine.resume import EpochCheckpoint
 
     tf.keras.utils.set_random_seed(cfg.seed)
     with scope_of(distribution):

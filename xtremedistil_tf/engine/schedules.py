@@ -1,4 +1,5 @@
-"""Learning-rate schedules, serializable so optimizers can be checkpointed with them."""
+"""Learning-rate schedules, serializable so optimizers can be checkpointed with them, and BERT's
+fine-tuning optimizer over one."""
 from __future__ import annotations
 
 import tensorflow as tf
@@ -28,3 +29,13 @@ class WarmupLinearDecay(tf.keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self) -> dict:
         return {"peak": self.peak, "total_steps": self.total_steps,
                 "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+def warmup_adamw(peak, total_steps, warmup, weight_decay):
+    """BERT's fine-tuning optimizer: AdamW with linear warm-up to `peak` over `warmup` steps, then
+    linear decay to 0 at `total_steps`; no weight decay on LayerNorm parameters and biases."""
+    optimizer = tf.keras.optimizers.AdamW(
+        learning_rate=WarmupLinearDecay(peak, total_steps, warmup), weight_decay=weight_decay,
+        epsilon=1e-8)
+    optimizer.exclude_from_weight_decay(var_names=["LayerNorm", "layer_norm", "bias"])
+    return optimizer

@@ -303,8 +303,9 @@ def test_empty_train_split_with_unlabeled_text(token_checkpoint, corpus, tmp_pat
     import tensorflow as tf
 
     from xtremedistil_tf import pipeline
-    from xtremedistil_tf.teachers.saved import load_teacher
     from xtremedistil_tf.students import StudentArch
+    from xtremedistil_tf.teachers.cache import read_sharded
+    from xtremedistil_tf.teachers.saved import load_teacher
     from xtremedistil_tf.training.staged import DistilConfig
     from xtremedistil_tf.training.student_run import distil, staged_sources
 
@@ -316,14 +317,19 @@ def test_empty_train_split_with_unlabeled_text(token_checkpoint, corpus, tmp_pat
     pipeline.step_transfer(work, cfg, fingerprint)
     assert work.step_info("data")["train_sentences"] == 0 and work.step_info("transfer")["train_windows"] == 0
 
-    # The label losses' "train" source is the transfer text labeled with the teacher's argmax.
+    # The label losses' "train" source is the transfer text labeled with the teacher's argmax, at the
+    # pieces a hub checkpoint was trained on: each word's first piece (the cache's teacher_mask).
     teacher, tokenizer = load_teacher(tmp_path / "teacher" / "model")
     pad = teacher.tag_vocab.pad_id
     train_for, _, _ = staged_sources(student, tmp_path / "transfer", tmp_path / "transfer_dev", 0, pad_id=pad)
     batch = next(iter(train_for(0)))
     ids = {k: tf.constant(batch[k]) for k in ("input_ids", "attention_mask")}
     expected = tf.argmax(teacher(ids), -1, output_type=tf.int32).numpy()
-    expected[batch["attention_mask"].numpy() == 0] = pad
+    first = {tuple(e["input_ids"]): e["teacher_mask"] for e in
+             read_sharded(tmp_path / "transfer", keys=["input_ids", "teacher_mask"]).as_numpy_iterator()}
+    marked = np.stack([first[tuple(row)][:len(row)] for row in batch["input_ids"].numpy()])
+    assert 0 < marked.sum() < batch["attention_mask"].numpy().sum()  # [CLS] and [SEP] are not marked
+    expected[marked == 0] = pad
     np.testing.assert_array_equal(batch["label_ids"].numpy(), expected)
     assert batch["input_ids"].shape[0] == 3 and set(batch) == {"input_ids", "attention_mask", "label_ids"}
     # ... and the D2 stage (labels + logits + representations) runs on it.

@@ -92,3 +92,20 @@ def test_epoch_lines_count_the_steps_epochs(tiny_run):
                          re.M)
     assert [(s, e, n) for s, _, e, n in student] == [("1", "1", "2"), ("1", "2", "2"), ("2", "1", "2"), ("2", "2", "2")]
     assert "dev F1 None" not in tiny_run
+
+
+def test_quiet_import_leaves_devices_configurable_and_says_the_float16_notice_early():
+    """The package's import catches TensorFlow's one-time notices (oneDNN's float16 one included)
+    without initialising the eager context: logical devices, and so --distribution's virtual CPUs
+    and multi-worker collectives, can still be configured after `import xtremedistil_tf`."""
+    code = ("import sys, xtremedistil_tf, tensorflow as tf\n"
+            "cpu = tf.config.list_physical_devices('CPU')[0]\n"
+            "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
+            "tf.cast(tf.io.decode_raw(tf.constant(b'\\x00\\x3c'), tf.float16), tf.float32)\n"
+            "print(len(tf.config.list_logical_devices('CPU')))\n")
+    env = {k: v for k, v in os.environ.items() if k != "XTREMEDISTIL_VERBOSE"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "2"
+    assert "DT_HALF" not in result.stderr and "oneDNN" not in result.stderr, result.stderr[-2000:]

@@ -18,7 +18,7 @@ if os.environ["TF_USE_LEGACY_KERAS"] != "1":
 
 
 def _import_tensorflow_quietly() -> None:
-    """Import TensorFlow and let it probe its devices (and make its first float16 tensor) with the
+    """Import TensorFlow and let it probe its devices (and run its first float16 kernel) with the
     process's stderr caught, then show only the lines that are not its load-time notices (CUDA probing on a CPU machine, oneDNN,
     "All log messages before absl::InitializeLog() ..."; `console.IMPORT_NOISE`). `--verbose` on
     the command line, or XTREMEDISTIL_VERBOSE=1, shows everything. A failed import shows all."""
@@ -39,9 +39,15 @@ def _import_tensorflow_quietly() -> None:
         import tensorflow as tf
 
         tf.config.list_physical_devices()  # CUDA probing happens here, while stderr is caught
-        # oneDNN says once per process, at the first float16 tensor, that this CPU (no AVX512-FP16)
-        # computes float16 with Eigen: the cached teacher states are float16, so say it here.
-        tf.constant(0.0, tf.float16)
+        # oneDNN says once per process, at the first float16 kernel, that this CPU (no AVX512-FP16)
+        # computes float16 with Eigen: the cached teacher states are float16, so say it here. In a
+        # graph session of its own: an eager op would initialise the eager context, after which
+        # logical devices and multi-worker collectives can no longer be configured (--distribution).
+        graph = tf.Graph()
+        with graph.as_default():
+            half = tf.constant(0.0, tf.float16) + tf.constant(1.0, tf.float16)
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(half)
         failed = False
     finally:
         sys.stderr.flush()

@@ -43,10 +43,12 @@ def _import_tensorflow_quietly() -> None:
         # computes float16 with Eigen: the cached teacher states are float16, so say it here. In a
         # graph session of its own: an eager op would initialise the eager context, after which
         # logical devices and multi-worker collectives can no longer be configured (--distribution).
+        # The session sees the CPU only, so that no GPU is set up before --distribution's settings.
         graph = tf.Graph()
-        with graph.as_default():
+        with graph.as_default(), tf.device("/CPU:0"):
             half = tf.constant(0.0, tf.float16) + tf.constant(1.0, tf.float16)
-        with tf.compat.v1.Session(graph=graph) as session:
+        cpu_only = tf.compat.v1.ConfigProto(device_count={"GPU": 0})
+        with tf.compat.v1.Session(graph=graph, config=cpu_only) as session:
             session.run(half)
         failed = False
     finally:

@@ -306,6 +306,9 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
 
     The caches resume shard by shard themselves, so they are written in place, not renamed."""
     fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cfg.transfer)}
+    if cfg.teacher.finetune.supervision == "first_piece" and cfg.data.task != CLASSIFICATION and not cfg.transfer.kbest:
+        # The cache marks the first pieces (teachers/outputs.py); a cache written before it did is not reused.
+        fingerprint["teacher_mask"] = True
     if work.is_done("transfer", fingerprint):
         return fingerprint
     from xtremedistil_tf.teachers.saved import load_teacher

@@ -264,7 +264,7 @@ def run_distill_mode() -> None:
             student = build_student(arch, ctx.teacher_config, config.seed)
         distiller = Distiller(ctx.teacher, student, config)
         # A rerun of the same command after a kill continues from the last epoch's checkpoint.
-        fingerprint = {"arch": arch.key, "teacher": FLAGS.teacher, "config": config.to_dict(),
+        fingerprint = {"arch": arch.key, "teacher": FLAGS.teacher, "config": asdict(config),
                        "train": len(ctx.train_ids)}
         checkpoint = EpochCheckpoint(work / "checkpoints" / f"distill-{fingerprint_hash(fingerprint)}")
         history = distiller.train(ctx.train_ids, progress=not FLAGS.no_progress, desc=f"distil {arch.key}",

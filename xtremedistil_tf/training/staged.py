@@ -60,7 +60,7 @@ class DistilConfig:
     beta: float = 1.0
     gamma: float = 1.0
     representation_loss: str = DEFAULT_REPRESENTATION_LOSS
-    seed: int = 42  # epoch seeds (data order, dropout) derive from it: training/resume.py
+    seed: int = 42  # epoch seeds (data order, dropout) derive from it: engine/resume.py
     pad_id: Optional[int] = field(default=None, compare=False)
     verbose: int = field(default=0, compare=False)
     # Every step compiles a fresh model, so graph tracing is paid per step; for tiny students on a

@@ -321,7 +321,11 @@ def test_empty_train_split_with_unlabeled_text(token_checkpoint, corpus, tmp_pat
     # pieces a hub checkpoint was trained on: each word's first piece (the cache's teacher_mask).
     teacher, tokenizer = load_teacher(tmp_path / "teacher" / "model")
     pad = teacher.tag_vocab.pad_id
-    train_for, _, _ = staged_sources(student, tmp_path / "transfer", tmp_path / "transfer_dev", 0, pad_id=pad)
+    train_for, _, dev = staged_sources(student, tmp_path / "transfer", tmp_path / "transfer_dev", 0, pad_id=pad)
+    # Dev's CE then counts the same pieces: gold tags at the first pieces, [PAD] at [CLS]/[SEP]/X.
+    dev_batch = next(iter(dev))
+    dev_labels, dev_marked = dev_batch["label_ids"].numpy(), dev_batch["teacher_mask"].numpy()
+    assert (dev_labels[dev_marked == 0] == pad).all() and (dev_labels[dev_marked == 1] != pad).all()
     batch = next(iter(train_for(0)))
     ids = {k: tf.constant(batch[k]) for k in ("input_ids", "attention_mask")}
     expected = tf.argmax(teacher(ids), -1, output_type=tf.int32).numpy()

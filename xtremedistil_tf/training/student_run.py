@@ -152,7 +152,12 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
     def transfer_for(seed: int) -> tf.data.Dataset:
         return batched(transfer, cfg.batch_size, shuffle_buffer=shuffle_buffer, seed=seed, reshuffle=False)
 
-    return train_for, transfer_for, batched(read_sharded(dev_cache_dir), cfg.batch_size)
+    dev = read_sharded(dev_cache_dir)
+    if not train_examples:
+        # The label losses learn the teacher's argmax where it was trained: dev's CE counts the same pieces.
+        dev = dev.map(lambda e: {**e, "label_ids": tf.where(teacher_mask(e, e["attention_mask"]) > 0, e["label_ids"],
+                                                            pad_id)})
+    return train_for, transfer_for, batched(dev, cfg.batch_size)
 
 
 def teacher_labeled(examples: tf.data.Dataset, pad_id: int, keys: Sequence[str]) -> tf.data.Dataset:

@@ -32,7 +32,7 @@ demo: $(STAMP)
 	$(PY) bin/report --work_dir=runs/demo --summary
 
 # Lint first (ruff.toml says what is checked). Two workers, each file on one worker (its module fixtures are built once): the suite's time is
-# mostly single-threaded graph tracing, so two processes halve it on 2 cores (601 tests: 9m52s, 16m51s of CPU).
+# mostly single-threaded graph tracing, so two processes halve it on 2 cores (629 tests: 10m10s on a quiet machine).
 test: $(STAMP)
 	$(PY) -m ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" -q -n 2 --dist loadfile

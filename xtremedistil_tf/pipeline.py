@@ -207,11 +207,13 @@ def _is_checkpoint(teacher) -> bool:
     return isinstance(teacher, PretrainedTokenTeacher)
 
 
-def _first_pieces_only(teacher, tc: TeacherConfig) -> bool:
-    """Whether the token teacher's logits were trained at each word's first piece only (not at
-    continuation pieces, [CLS] or [SEP]): a checkpoint of the hub, or --teacher_supervision=first_piece.
-    Its cache then marks those pieces, and the student's logit loss counts only them."""
-    return _is_checkpoint(teacher) or tc.finetune.supervision == "first_piece"
+def _first_pieces_only(cfg: RunConfig) -> bool:
+    """Whether the token teacher's cache marks each word's first piece (`teacher_mask`), so that the
+    student's logit loss counts only those: a teacher trained there only (--teacher_supervision=first_piece,
+    the default, which also describes a hub *ForTokenClassification checkpoint). Not for sentence teachers
+    or the k-best cache of a CRF teacher (trained on every piece)."""
+    return cfg.teacher.finetune.supervision == "first_piece" and cfg.data.task != CLASSIFICATION \
+        and not cfg.transfer.kbest
 
 
 def _used_as_it_is(teacher, tc: TeacherConfig, path: str) -> bool:
@@ -292,7 +294,7 @@ def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprin
                                               layer=cfg.teacher.layer, **common)
     else:
         manifest = write_teacher_outputs(teacher, windows, work.path(name), cfg.teacher.layer, fingerprint,
-                                         first_pieces=_first_pieces_only(teacher, cfg.teacher), **common)
+                                         first_pieces=_first_pieces_only(cfg), **common)
     return _cache_info(sentences, len(windows), manifest, start), windows.sentence_index
 
 
@@ -306,8 +308,7 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
 
     The caches resume shard by shard themselves, so they are written in place, not renamed."""
     fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cfg.transfer)}
-    if cfg.teacher.finetune.supervision == "first_piece" and cfg.data.task != CLASSIFICATION and not cfg.transfer.kbest:
-        # The cache marks the first pieces (teachers/outputs.py); a cache written before it did is not reused.
+    if _first_pieces_only(cfg):  # a cache written before caches held the mark is not reused
         fingerprint["teacher_mask"] = True
     if work.is_done("transfer", fingerprint):
         return fingerprint

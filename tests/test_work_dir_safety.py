@@ -257,7 +257,7 @@ def test_ctrl_c_gives_one_line_exit_130_and_no_half_written_step(tmp_path, tiny_
     corpus = make_corpus(tmp_path / "corpus")
     work = tmp_path / "work"
     proc = subprocess.Popen([sys.executable, str(REPO / "bin" / "train"), *base_flags(corpus, tiny_bert_dir, work),
-                             "--teacher_epochs=50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "--teacher_epochs=50", "--patience=50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=ENV)
     deadline = time.time() + 300
     while time.time() < deadline and "step teacher: running" not in _text(work / "run.log"):

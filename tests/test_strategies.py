@@ -7,7 +7,7 @@ from conftest import TOY_LABELS, toy_ner_sentences
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode
 from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.students import build_bilstm_student, svd_reduce
-from xtremedistil_tf.engine.callbacks import BestWeights
+from xtremedistil_tf.engine.callbacks import BestSoFar
 from xtremedistil_tf.training.staged import DistilConfig, make_dev_f1, predict_tags, train_student
 from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
 
@@ -176,16 +176,21 @@ def test_loop_restores_best_epoch_after_a_worse_last_epoch(toy):
         np.testing.assert_array_equal(restored, expected)
 
 
-def test_best_weights_patience_stops_and_keeps_starting_weights():
-    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
-    model.compile(optimizer="sgd", loss="mse")
-    start = [w.copy() for w in model.get_weights()]
-    keeper = BestWeights("val_loss", patience=2, baseline=-1.0)  # nothing can beat it
-    x, y = np.ones((4, 2), np.float32), np.zeros((4, 1), np.float32)
-    model.fit(x, y, validation_data=(x, y), epochs=10, verbose=0, callbacks=[keeper])
-    assert len(keeper.values) == 2 and keeper.best_epoch == 0
-    for restored, expected in zip(model.get_weights(), start):
-        np.testing.assert_array_equal(restored, expected)
+def test_best_so_far_patience_stops_and_keeps_starting_weights():
+    start = [np.ones(3, np.float32)]
+    tracker = BestSoFar(patience=2, baseline=-1.0, weights=start)  # nothing can beat it
+    assert not tracker.update(0.5, lambda: [np.zeros(3, np.float32)])
+    assert not tracker.stopped
+    assert not tracker.update(float("nan"), lambda: [np.zeros(3, np.float32)])  # NaN never improves
+    assert tracker.stopped and tracker.values[0] == 0.5 and tracker.best_epoch == 0
+    assert tracker.best_weights is start
+    # A checkpoint's copy (the state and the weights) carries on where it stopped.
+    again = BestSoFar.from_state(tracker.state(), 2, start)
+    assert again.stopped and again.best == -1.0 and again.best_epoch == 0 and again.best_weights is start
+    improving = BestSoFar(patience=2)
+    assert improving.update(0.5, lambda: "epoch 1") and improving.update(0.4, lambda: "epoch 2")
+    assert not improving.update(0.45, lambda: "epoch 3")
+    assert improving.best_epoch == 2 and improving.best_weights == "epoch 2" and improving.wait == 1
 
 
 def test_joint_strategy_draws_both_sources_and_weights_terms(toy):

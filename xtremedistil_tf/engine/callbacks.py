@@ -1,13 +1,10 @@
-"""Best-so-far selection with patience (`BestSoFar`, and `BestWeights` over one Keras fit) and the
-engine's progress bar."""
+"""Best-so-far selection with patience (`BestSoFar`) and the engine's progress bar."""
 from __future__ import annotations
 
 import math
 from typing import List, Optional
 
 import tensorflow as tf
-
-from xtremedistil_tf.errors import ConfigError
 
 
 class BestSoFar:
@@ -53,38 +50,6 @@ class BestSoFar:
         tracker.best, tracker.best_epoch = float(state["best"]), state["best_epoch"]
         tracker.best_weights = weights if state["best_epoch"] is not None else None
         return tracker
-
-
-class BestWeights(tf.keras.callbacks.Callback):
-    """`BestSoFar` as a Keras callback over one fit call: keeps the weights of the epoch with the
-    lowest `monitor` and restores them when training ends (stopped early or not, unlike
-    EarlyStopping(restore_best_weights=True)). With `baseline` (the monitored value of the starting
-    weights) the starting weights compete too. `patience` epochs without improvement stop training.
-    After training: `values`, `best`, `best_epoch` (1-based; 0 = the starting weights)."""
-
-    def __init__(self, monitor: str = "val_loss", patience: Optional[int] = None,
-                 baseline: Optional[float] = None):
-        super().__init__()
-        self.monitor, self.patience, self.baseline = monitor, patience, baseline
-
-    def on_train_begin(self, logs=None):
-        self.tracker = BestSoFar(self.patience, self.baseline, self.model.get_weights())
-
-    def on_epoch_end(self, epoch, logs=None):
-        if not logs or self.monitor not in logs:
-            raise ConfigError(f"BestWeights monitors {self.monitor!r} but the epoch logs have "
-                              f"{sorted(logs or {})}; pass validation data to fit")
-        self.tracker.update(logs[self.monitor], self.model.get_weights)
-        if self.tracker.stopped:
-            self.model.stop_training = True
-
-    def on_train_end(self, logs=None):
-        if self.tracker.best_weights is not None:
-            self.model.set_weights(self.tracker.best_weights)
-
-    values = property(lambda self: self.tracker.values)
-    best = property(lambda self: self.tracker.best)
-    best_epoch = property(lambda self: self.tracker.best_epoch)
 
 
 class BatchBar(tf.keras.callbacks.Callback):

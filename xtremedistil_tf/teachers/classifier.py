@@ -83,7 +83,7 @@ def finetune_sequence_teacher(teacher: SequenceTeacher, tokenizer, train: Sequen
     dataset = arrays_dataset(arrays.as_dict(), config.batch_size, shuffle=True, seed=config.seed)
     return train_with_early_stopping(
         teacher, dataset, len(arrays), lambda: evaluate_sequence_teacher(teacher, tokenizer, dev)["all"]["f1"],
-        config, label_shape=(None,), log_dir=log_dir)
+        config, log_dir=log_dir)
 
 
 def write_sequence_outputs(teacher: SequenceTeacher, arrays: TextArrays, out_dir, layer: int, fingerprint: dict,

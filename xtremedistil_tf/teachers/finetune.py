@@ -198,14 +198,13 @@ class TeacherStep(GroupsStep):
         return self.track({"loss": self.update(batch)})
 
 
-def make_train_step(teacher, groups, label_shape=(None, None)):
-    """`TeacherStep.update` as one compiled function of a batch (`label_shape`: [B, T] piece tags,
-    or [B] (None,) for sentence classes); `.loss_scaler` is the LossScaleOptimizer (None without
-    loss scaling)."""
+def make_train_step(teacher, groups):
+    """`TeacherStep.update` as one compiled function of a token batch (input_ids, attention_mask and
+    label_ids, all [B, T]); `.loss_scaler` is the LossScaleOptimizer (None without loss scaling)."""
     spec = tf.TensorSpec([None, None], tf.int32)
     step = TeacherStep(teacher, groups)
     train_step = tf.function(step.update, input_signature=[
-        {"input_ids": spec, "attention_mask": spec, "label_ids": tf.TensorSpec(label_shape, tf.int32)}])
+        {"input_ids": spec, "attention_mask": spec, "label_ids": spec}])
     train_step.loss_scaler = step.scaler
     return train_step
 
@@ -257,11 +256,11 @@ def finetune(teacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Senten
 
 
 def train_with_early_stopping(teacher, dataset, num_examples: int, dev_f1: Callable[[], float],
-                              config: FinetuneConfig, label_shape=(None, None),
-                              log_dir: Optional[str] = None, checkpoint: Optional[EpochCheckpoint] = None,
+                              config: FinetuneConfig, log_dir: Optional[str] = None,
+                              checkpoint: Optional[EpochCheckpoint] = None,
                               distribution: Optional[tf.distribute.Strategy] = None) -> FinetuneResult:
     """The fine-tuning loop of any teacher head, on the engine (engine/loop.py): epochs over
-    `dataset` (batches with label_ids of `label_shape`; or a function `seed -> batches` giving each
+    `dataset` (batches of the teacher's inputs and label_ids; or a function `seed -> batches` giving each
     epoch's order from `engine.epoch_seed(config.seed, epoch)`), `dev_f1()` after each, best
     weights kept, `patience` epochs without gain stop it. `log_dir`: TensorBoard scalars (train
     loss, dev F1, learning rates) per epoch. `checkpoint`: saved after every epoch (teacher, every

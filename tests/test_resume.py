@@ -1,6 +1,6 @@
 """Exact resume after a kill: a run SIGKILLed at several points and rerun each time ends with the
 weights and metrics of an uninterrupted run with the same seed (engine/resume.py): the staged
-XtremeDistil loop, KD-NAS distillation and subwords dual training.
+XtremeDistil loop, KD-NAS distillation, subwords dual training and teacher fine-tuning.
 
 Each run is a fresh process (tests/training_driver.py) that kills itself with SIGKILL, the way a
 lost machine ends a run: nothing is flushed or cleaned up after the last epoch checkpoint.
@@ -22,6 +22,20 @@ def drive(tmp_path: Path, name: str, **spec) -> subprocess.CompletedProcess:
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(spec))
     return subprocess.run([sys.executable, str(DRIVER), str(path)], capture_output=True, text=True, timeout=3600)
+
+
+def kill_and_rerun(tmp_path: Path, kills, **common) -> None:
+    """The uninterrupted run ("reference"), then the same run ("resumed") SIGKILLed at each of
+    `kills` ([epoch, batch] as in training_driver.py) and rerun each time, then run to its end."""
+    reference = drive(tmp_path, "reference", **common)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    checkpoint = str(tmp_path / "checkpoints")
+    for epoch, batch in kills:
+        killed = drive(tmp_path, "resumed", checkpoint_dir=checkpoint, kill_at=[epoch, batch], **common)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+        assert not (tmp_path / "resumed.npz").exists()
+    finished = drive(tmp_path, "resumed", checkpoint_dir=checkpoint, **common)
+    assert finished.returncode == 0, finished.stderr[-3000:]
 
 
 def result(tmp_path: Path, name: str):
@@ -47,19 +61,10 @@ def assert_same_run(tmp_path, resumed: str, reference: str):
 def test_staged_run_killed_three_times_ends_as_the_uninterrupted_one(tmp_path):
     # D4.2, 2 epochs per unfreeze step: stage 1 is epochs 1-2, stage 2's steps epochs 3-10,
     # stage 3's 11-18. Epochs are counted over the whole run, the killed parts included.
-    common = {"loop": "staged", "strategy": "D4.2", "epochs": 2}
-    reference = drive(tmp_path, "reference", **common)
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    checkpoint = str(tmp_path / "checkpoints")
-    kills = [(2, 3),    # mid stage 1, its second epoch (after the first epoch's checkpoint)
-             (7, 0),    # between unfreezing steps: stage 2's third step (+bilstm) is about to begin
-             (18, 1)]   # mid final step (stage 3, +word_embedding; 2 batches an epoch), its last epoch
-    for epoch, batch in kills:
-        killed = drive(tmp_path, "resumed", checkpoint_dir=checkpoint, kill_at=[epoch, batch], **common)
-        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-        assert not (tmp_path / "resumed.npz").exists()
-    finished = drive(tmp_path, "resumed", checkpoint_dir=checkpoint, **common)
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    kill_and_rerun(tmp_path, [(2, 3),    # mid stage 1, its second epoch (after the first epoch's checkpoint)
+                              (7, 0),    # between unfreezing steps: stage 2's third step (+bilstm) is about to begin
+                              (18, 1)],  # mid final step (stage 3, +word_embedding; 2 batches an epoch), its last epoch
+                   loop="staged", strategy="D4.2", epochs=2)
     assert_same_run(tmp_path, "resumed", "reference")
     # The final run trained only what the last kill lost: part of one epoch redone.
     _, record = result(tmp_path, "resumed")
@@ -78,17 +83,9 @@ def history_values(record):
 @pytest.mark.parametrize("loop", ["nas", "subwords"])
 def test_distillation_killed_twice_ends_as_the_uninterrupted_one(tmp_path, loop):
     # 4 engine epochs: KD-NAS 5 batches each, subwords 3 steps each (with dropout on: stateful_dropout).
-    common = {"loop": loop, "epochs": 4}
-    reference = drive(tmp_path, "reference", **common)
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    checkpoint = str(tmp_path / "checkpoints")
-    for epoch, batch in [(2, 2),   # mid second epoch, after the first epoch's checkpoint
-                         (4, 0)]:  # as the last epoch begins
-        killed = drive(tmp_path, "resumed", checkpoint_dir=checkpoint, kill_at=[epoch, batch], **common)
-        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-        assert not (tmp_path / "resumed.npz").exists()
-    finished = drive(tmp_path, "resumed", checkpoint_dir=checkpoint, **common)
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    kill_and_rerun(tmp_path, [(2, 2),   # mid second epoch, after the first epoch's checkpoint
+                              (4, 0)],  # as the last epoch begins
+                   loop=loop, epochs=4)
     weights, record = result(tmp_path, "resumed")
     ref_weights, ref_record = result(tmp_path, "reference")
     assert len(weights) == len(ref_weights) and ref_record["max_change"] > 1e-3
@@ -96,4 +93,22 @@ def test_distillation_killed_twice_ends_as_the_uninterrupted_one(tmp_path, loop)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     assert len(history_values(record)) == len(history_values(ref_record)) == 4
     np.testing.assert_allclose(history_values(record), history_values(ref_record), rtol=1e-6)
+    assert len(record["epoch_losses"]) == 1  # the final run trained only the last epoch
+
+
+@pytest.mark.slow
+def test_teacher_finetuning_killed_twice_ends_as_the_uninterrupted_one(tmp_path):
+    # A tiny random BERT token teacher, first-piece supervision, dropout 0.1 (its generators are
+    # reseeded every epoch): 3 epochs of 6 batches, dev F1 rising every epoch (the best weights,
+    # which the teacher is left with, are the last epoch's).
+    kill_and_rerun(tmp_path, [(2, 3),   # mid second epoch, after the first epoch's checkpoint
+                              (3, 2)],  # mid last epoch, after the second's
+                   loop="teacher", epochs=3)
+    weights, record = result(tmp_path, "resumed")
+    ref_weights, ref_record = result(tmp_path, "reference")
+    assert ref_record["best_epoch"] == 3 and ref_record["max_change"] > 1e-3
+    assert len(weights) == len(ref_weights)
+    for got, want in zip(weights, ref_weights):
+        np.testing.assert_array_equal(got, want)
+    assert record["history"] == ref_record["history"] and record["best_epoch"] == 3
     assert len(record["epoch_losses"]) == 1  # the final run trained only the last epoch

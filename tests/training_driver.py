@@ -2,7 +2,7 @@
 
     python tests/training_driver.py spec.json
 
-spec.json: {"loop": "staged" | "multigrained" | "nas" | "subwords", "out": result .npz path,
+spec.json: {"loop": "staged" | "multigrained" | "nas" | "subwords" | "teacher", "out": result .npz path,
             "checkpoint_dir": dir or null, "kill_at": [epoch, batch] or null,
             "distribution": "none" | "mirrored" | "multi_worker", "logical_cpus": n (0: leave the CPU alone),
             "epochs": n}
@@ -234,6 +234,34 @@ def run_subwords(distribution, checkpoint, killer):
     return student.get_weights() + teacher.get_weights(), {"history": history}
 
 
+def run_teacher(distribution, checkpoint, killer):
+    """Token teacher fine-tuning (teachers/finetune.py, first-piece supervision, dropout on) of a
+    randomly initialised tiny BERT."""
+    from transformers import BertConfig
+
+    from xtremedistil_tf.teachers.finetune import FinetuneConfig, finetune
+    from xtremedistil_tf.teachers.model import build_teacher, initialise_head
+
+    directory = Path(SPEC["out"]).parent / "teacher_init"
+    if not directory.exists():
+        write_tiny_vocab(directory)
+        BertConfig(vocab_size=len((directory / "vocab.txt").read_text().split()), hidden_size=32, num_hidden_layers=2,
+                   num_attention_heads=2, intermediate_size=64, max_position_embeddings=32).save_pretrained(directory)
+    tf.keras.utils.set_random_seed(0)
+    with stateful_dropout(), scope(distribution):
+        teacher, tok = build_teacher(str(directory), TOY_LABELS, max_seq_length=MAX_LEN,
+                                     dropout=SPEC.get("dropout", 0.1), random_init=True)
+        initialise_head(teacher, "glorot")
+    INITIAL.extend(teacher.get_weights())
+    config = FinetuneConfig(epochs=SPEC.get("epochs", 3), batch_size=8, learning_rate=1e-3, patience=3, seed=5,
+                            progress=False)
+    position = checkpoint.position()
+    killer.epoch = len(position["epochs"]) if position else 0
+    result = finetune(teacher, tok, toy_ner_sentences(48, seed=31), toy_ner_sentences(16, seed=32), "IOB2", config,
+                      checkpoint=checkpoint, distribution=distribution, callbacks=[killer])
+    return teacher.get_weights(), {"history": result.history, "best_epoch": result.best_epoch}
+
+
 def scope(distribution):
     from xtremedistil_tf.engine.distribute import scope_of
 
@@ -246,7 +274,8 @@ def main():
         print(f"replicas={distribution.num_replicas_in_sync}", flush=True)
     checkpoint = EpochCheckpoint(SPEC.get("checkpoint_dir"))
     killer = Killer(SPEC.get("kill_at"))
-    loops = {"staged": run_staged, "multigrained": run_multigrained, "nas": run_nas, "subwords": run_subwords}
+    loops = {"staged": run_staged, "multigrained": run_multigrained, "nas": run_nas, "subwords": run_subwords,
+             "teacher": run_teacher}
     weights, record = loops[SPEC["loop"]](distribution, checkpoint, killer)
     record["epoch_losses"] = killer.losses
     record["max_change"] = max(float(np.abs(w - w0).max()) for w, w0 in zip(weights, INITIAL))

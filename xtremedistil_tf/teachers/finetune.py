@@ -237,7 +237,8 @@ def evaluate_teacher(teacher, tokenizer, sentences: Sequence[Sentence], scheme: 
 
 def finetune(teacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Sentence], scheme: str,
              config: FinetuneConfig, log_dir: Optional[str] = None, checkpoint: Optional[EpochCheckpoint] = None,
-             distribution: Optional[tf.distribute.Strategy] = None) -> FinetuneResult:
+             distribution: Optional[tf.distribute.Strategy] = None,
+             callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> FinetuneResult:
     """Train the teacher; after each epoch score dev, keep the best weights, stop after
     `patience` epochs without improvement, and leave the best weights in the teacher.
     Each epoch's order is a function of the seed and the epoch (exact resume from `checkpoint`)."""
@@ -252,13 +253,15 @@ def finetune(teacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Senten
 
     return train_with_early_stopping(teacher, dataset, len(windows),
                                      lambda: evaluate_teacher(teacher, tokenizer, dev, scheme)["all"]["f1"], config,
-                                     log_dir=log_dir, checkpoint=checkpoint, distribution=distribution)
+                                     log_dir=log_dir, checkpoint=checkpoint, distribution=distribution,
+                                     callbacks=callbacks)
 
 
 def train_with_early_stopping(teacher, dataset, num_examples: int, dev_f1: Callable[[], float],
                               config: FinetuneConfig, log_dir: Optional[str] = None,
                               checkpoint: Optional[EpochCheckpoint] = None,
-                              distribution: Optional[tf.distribute.Strategy] = None) -> FinetuneResult:
+                              distribution: Optional[tf.distribute.Strategy] = None,
+                              callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> FinetuneResult:
     """The fine-tuning loop of any teacher head, on the engine (engine/loop.py): epochs over
     `dataset` (batches of the teacher's inputs and label_ids; or a function `seed -> batches` giving each
     epoch's order from `engine.epoch_seed(config.seed, epoch)`), `dev_f1()` after each, best
@@ -266,7 +269,7 @@ def train_with_early_stopping(teacher, dataset, num_examples: int, dev_f1: Calla
     loss, dev F1, learning rates) per epoch. `checkpoint`: saved after every epoch (teacher, every
     optimizer, the loss scale, best weights, history); a run whose checkpoint dir holds one
     continues after it. `distribution`: a tf.distribute strategy the teacher was built under;
-    batches are global."""
+    batches are global. `callbacks`: Keras callbacks of every epoch's fit (of the step model)."""
     steps = -(-num_examples // config.batch_size)
     if config.max_steps_per_epoch:
         steps = min(steps, config.max_steps_per_epoch)
@@ -281,7 +284,8 @@ def train_with_early_stopping(teacher, dataset, num_examples: int, dev_f1: Calla
                               "learning_rate/top_layer": current_learning_rate(groups[0][0]),
                               "learning_rate/head": current_learning_rate(groups[-1][0])})
 
-    engine = Engine(checkpoint, seed=config.seed, name="teacher", verbose=config.progress, distribution=distribution)
+    engine = Engine(checkpoint, seed=config.seed, name="teacher", verbose=config.progress, callbacks=callbacks,
+                    distribution=distribution)
     tracker = engine.fit(step, teacher, lambda seed, _: (dataset(seed) if callable(dataset) else dataset).take(steps),
                          None, config.epochs, objects={"teacher": teacher, **step.optimizers()},
                          patience=config.patience, score=dev_f1, baseline=False, after_epoch=write_scalars)

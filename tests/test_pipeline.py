@@ -9,6 +9,7 @@ import pytest
 from conftest import REPO, toy_ner_sentences, train_configs
 from xtremedistil_tf import pipeline
 from xtremedistil_tf.data.loading import DataConfig
+from xtremedistil_tf.engine.resume import DEFAULT_SEED
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.cache import read_sharded
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
@@ -210,6 +211,14 @@ def test_student_fingerprint_ignores_what_the_method_does_not_read():
     assert pipeline.student_fingerprint(mg) != pipeline.student_fingerprint(replace(mg, losses=("hard", "seq_ce")))
 
 
+def test_one_seed_default():
+    """bin/train's --seed default (42) is every config's it builds: a config made without a seed is
+    the run bin/train makes without --seed. The data's hold-out seed is another default (0, the
+    TFDS builders' configs): bin/train passes --seed to it too."""
+    assert FinetuneConfig().seed == DistilConfig().seed == MultiGrainedConfig().seed == DEFAULT_SEED == 42
+    assert DataConfig().seed == 0
+
+
 def test_student_flags_left_unset_keep_the_method_configs_defaults(tmp_path, tiny_bert_dir):
     """bin/train restates no student default: with no student flags its config is the method's
     dataclass as it is; a flag sets one field (the architecture's nested in `arch`)."""
@@ -224,6 +233,7 @@ def test_student_flags_left_unset_keep_the_method_configs_defaults(tmp_path, tin
     assert xd == json.loads(json.dumps(pipeline.student_fingerprint(DistilConfig())))
     assert multigrained == json.loads(json.dumps(pipeline.student_fingerprint(MultiGrainedConfig())))
     assert (multigrained["batch_size"], multigrained["patience"], xd["batch_size"], xd["patience"]) == (32, 5, 512, 3)
+    assert xd["seed"] == multigrained["seed"] == DEFAULT_SEED  # --seed's default
     assert (chosen["batch_size"], chosen["arch"]["hidden"], chosen["losses"], chosen["token_loss"]) == \
         (64, 200, ["hard", "token_em"], "ce")
     assert (xd_chosen["patience"], xd_chosen["heads_on"], xd_chosen["batch_size"]) == (0, "states", 512)

@@ -17,6 +17,7 @@ from xtremedistil_tf.cli.common import (command, define_common_flags, define_exe
 from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, DataConfig
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.data.schemes import SCHEMES
+from xtremedistil_tf.engine.resume import DEFAULT_SEED
 from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS
 from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.sequence import TOKEN_LOSSES
@@ -158,7 +159,7 @@ flags.DEFINE_bool("use_unlabeled", MultiGrainedConfig.use_unlabeled,
 
 flag_group("Run")
 define_execution_flags("teacher fine-tuning, teacher outputs and the student")
-flags.DEFINE_integer("seed", 42, "Seed for splits, initialisation, shuffling and each epoch's order (exact resume).")
+flags.DEFINE_integer("seed", DEFAULT_SEED, "Seed for splits, initialisation, shuffling and each epoch's order (exact resume).")
 flags.DEFINE_bool("overwrite", False, "Replace artifacts in --work_dir made by another configuration.")
 
 define_common_flags()

@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 
 POSITION_KEY = "position/.ATTRIBUTES/VARIABLE_VALUE"
 
+# The run's seed unless one is given: bin/train's --seed and the seed of the configs it builds from it
+# (FinetuneConfig, DistilConfig; MultiGrainedConfig states the same 42, tests/test_pipeline.py checks).
+DEFAULT_SEED = 42
+
 
 def epoch_seed(seed: int, *position: int) -> int:
     """A 31-bit shuffle seed determined by the run's seed and an epoch's position (e.g. stage,

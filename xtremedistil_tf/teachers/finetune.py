@@ -17,7 +17,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import score_by_language
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
-from xtremedistil_tf.engine.resume import EpochCheckpoint
+from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint
 from xtremedistil_tf.engine.schedules import warmup_adamw
 from xtremedistil_tf.engine.tensorboard import ScalarLog, current_learning_rate
 from xtremedistil_tf.losses.sequence import labeled_rows
@@ -60,7 +60,7 @@ class FinetuneConfig:
     # loss counts only them (teachers/outputs.py). all_pieces also trains X, [CLS] and [SEP].
     supervision: str = "first_piece"
     patience: int = 2
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     max_steps_per_epoch: Optional[int] = None
     progress: bool = True
 

@@ -30,7 +30,7 @@ from xtremedistil_tf.students.models import StudentArch, encoder_layer_name
 from xtremedistil_tf.teachers.finetune import trim_to_longest
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.loop import Engine, replica_share
-from xtremedistil_tf.engine.resume import EpochCheckpoint
+from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint
 from xtremedistil_tf.training.strategies import Stage, Strategy, get_strategy
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class DistilConfig:
     beta: float = 1.0
     gamma: float = 1.0
     representation_loss: str = DEFAULT_REPRESENTATION_LOSS
-    seed: int = 42  # epoch seeds (data order, dropout) derive from it: engine/resume.py
+    seed: int = DEFAULT_SEED  # epoch seeds (data order, dropout) derive from it: engine/resume.py
     pad_id: Optional[int] = field(default=None, compare=False)
     verbose: int = field(default=0, compare=False)
     # Every step compiles a fresh model, so graph tracing is paid per step; for tiny students on a

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from conftest import TOY_LABELS, toy_ner_sentences
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.students import build_bilstm_student, svd_reduce
 from xtremedistil_tf.engine.callbacks import BestSoFar
@@ -200,6 +201,14 @@ def test_joint_strategy_draws_both_sources_and_weights_terms(toy):
     assert history.sequence() == PAPER_ORDER["D1"]
     with pytest.raises(ValueError, match="transfer"):
         train_student("D1", student, toy["train"], None, toy["dev"], config)
+
+
+def test_config_without_pad_id_is_refused_in_one_line(toy):
+    config = _config(toy, epochs_per_layer=1)
+    config.pad_id = None  # DistilConfig's default: student_run.distil_config sets it from the tag vocabulary
+    with pytest.raises(ConfigError, match=r"^DistilConfig.pad_id is None; train_student expects the tag vocabulary's "
+                                          r"\[PAD\] id"):
+        train_student("D4.2", _student(toy), toy["train"], toy["transfer"], toy["dev"], config)
 
 
 def test_dev_without_teacher_outputs_is_refused(toy):

@@ -302,6 +302,9 @@ def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfe
     tf.distribute strategy the student was built under (engine/distribute.py); batches are global.
     """
     strategy: Strategy = get_strategy(strategy_name)
+    if config.pad_id is None:
+        raise ConfigError("DistilConfig.pad_id is None; train_student expects the tag vocabulary's [PAD] id, the label "
+                          "its losses skip: DistilConfig(pad_id=tag_vocab.pad_id) (student_run.distil_config sets it)")
     engine = Engine(checkpoint, seed=config.seed, verbose=bool(config.verbose), callbacks=callbacks,
                     distribution=distribution)
     entry_frozen = {layer.name for layer in student.layers if layer.weights and not layer.trainable}

@@ -7,7 +7,8 @@ import tensorflow as tf
 from subwords_helpers import corpus, tiny_mlm, tokenizer_pair
 from xtremedistil_tf.subwords.dual import IGNORE, Specials, build_batch, dual_corpus
 from xtremedistil_tf.subwords.models import DualTeacher, load_student, save_student, word_embeddings
-from xtremedistil_tf.subwords.train import DistillLMConfig, DualTrainer, masked_word_accuracy
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.subwords.train import DistillLMConfig, DualTrainer, masked_word_accuracy, train
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +81,14 @@ def test_variants_combine_their_terms_and_train(setup, variant):
     first = trainer.train_step({k: v.numpy() for k, v in batch.items()})["total"]
     last = trainer.train_step({k: v.numpy() for k, v in batch.items()})["total"]
     assert last < first and not np.allclose(before, word_embeddings(student).numpy())
+
+
+def test_a_text_smaller_than_one_batch_is_refused():
+    """`batches` skips a pass's sentences that cannot fill a batch: it would never yield one (a hang)."""
+    cfg = DistillLMConfig(variant="NoKD", batch_size=8, steps=2)
+    trainer = DualTrainer(tiny_mlm(60, hidden=16, seed=7), None, cfg, run_eagerly=True)
+    with pytest.raises(ConfigError, match="5 training sentences cannot fill one batch of 8"):
+        train(trainer, [None] * 5, None, None, progress=False)  # refused before any sentence is read
 
 
 def test_a_saved_student_reloads_with_identical_outputs(setup, tmp_path):

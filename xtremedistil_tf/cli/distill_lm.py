@@ -51,7 +51,9 @@ flags.DEFINE_float("alpha", 1.0, "Weight of the shared-projection loss.")
 flags.DEFINE_float("mask_prob", 0.15, "Fraction of words masked.")
 flags.DEFINE_integer("max_seq_length", 64, "Pieces per sequence ([CLS] and [SEP] included); longer sentences are cut.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per step.")
-flags.DEFINE_integer("steps", 400, "Training steps.")
+flags.DEFINE_integer("steps", 400, "Training steps (the run's length). A checkpoint and a loss line come every 50 "
+                     "steps (an engine epoch), each drawing its batches from a fresh shuffle of the training text: "
+                     "50 steps are not a pass over it (docs/subwords.md).")
 flags.DEFINE_float("learning_rate", 1e-3, "Peak AdamW rate of the student, projections and the teacher's new parts.")
 flags.DEFINE_float("teacher_learning_rate", 5e-5, "Peak AdamW rate of the pretrained teacher encoder.")
 flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay (not on LayerNorm and biases).")

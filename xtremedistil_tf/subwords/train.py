@@ -28,6 +28,7 @@ import tensorflow as tf
 from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
 from xtremedistil_tf.engine.resume import EpochCheckpoint
 from xtremedistil_tf.engine.schedules import warmup_adamw
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses.shared_projection import SharedProjections, pair_variables
 from xtremedistil_tf.losses.xtremedistil import cross_entropy
 from xtremedistil_tf.subwords.dual import DualSentence, Specials, build_batch
@@ -169,8 +170,9 @@ class _DualStep(GroupsStep):
 
 def batches(corpus: Sequence[DualSentence], cfg: DistillLMConfig, student_spec: Specials, teacher_spec: Specials,
             seed: Optional[int] = None):
-    """Endless training batches: shuffled epochs over `corpus`, dual segmentation when cfg.dual;
-    shuffling and masking drawn from `seed` (default cfg.seed)."""
+    """Endless training batches: shuffled passes over `corpus` (the rest of a pass that cannot fill a
+    batch is skipped), dual segmentation when cfg.dual; shuffling and masking drawn from `seed`
+    (default cfg.seed)."""
     rng = np.random.default_rng(cfg.seed if seed is None else seed)
     while True:
         order = rng.permutation(len(corpus))
@@ -184,12 +186,17 @@ def train(trainer: DualTrainer, corpus: Sequence[DualSentence], student_spec: Sp
           progress: bool = True, log_every: int = 50, checkpoint: Optional[EpochCheckpoint] = None,
           distribution: Optional[tf.distribute.Strategy] = None,
           callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> List[dict]:
-    """cfg.steps optimisation steps on the engine, an engine epoch per `log_every` steps (its
-    batches drawn from the epoch's seed, `epoch_seed(cfg.seed, epoch)`); returns each epoch's mean
+    """cfg.steps optimisation steps on the engine, an engine epoch per `log_every` steps. An engine
+    epoch is not a pass over `corpus`: its batches (and masks) are the start of a stream of its own,
+    `batches(..., seed=epoch_seed(cfg.seed, epoch))`, `corpus` freshly shuffled, so sentences are
+    drawn without repeats within an epoch but independently across epochs. Returns each epoch's mean
     loss terms with the step reached and the elapsed seconds. `checkpoint`: saved after every
     epoch, resumed from by a rerun; `distribution`: the strategy the models and `trainer` were
     built under (batches are global); `callbacks`: Keras callbacks of every epoch's fit."""
     cfg = trainer.cfg
+    if len(corpus) < cfg.batch_size:  # `batches` would never yield one
+        raise ConfigError(f"{len(corpus)} training sentences cannot fill one batch of {cfg.batch_size}: lower "
+                          "--batch_size or give more text")
     spec = {k: tf.TensorSpec([None, None], tf.int32) for k in trainer.keys}
 
     def train_for(seed: int, epoch: int) -> tf.data.Dataset:

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, List, Sequence
 
 
 @contextlib.contextmanager
@@ -85,6 +85,16 @@ def file_sha256(path) -> str:
 
 def atomic_write_json(path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def dir_size(path, skip: Sequence[str] = ()) -> int:
+    """Bytes of the files under `path`, leaving out those under a directory named in `skip`."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file() and not set(skip) & set(p.parts))
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    """The lines of a markdown table: the header, its rule, a line per row of (already formatted) cells."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def read_json(path):

@@ -115,14 +115,6 @@ def parse_variants(spec: str) -> List[Tuple[str, str]]:
     return variants
 
 
-def _size(exported) -> int:
-    """Bytes of the model file, or of the SavedModel without assets.extra (the clients' copies)."""
-    path = Path(exported.model_file)
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and "assets.extra" not in p.parts)
-
-
 def export_variant(student_dir, out_dir, fmt: str, quantize: str, lengths: Sequence[int]):
     """Exported(directory, model_file, module) of one variant, written by bin/export's functions."""
     from xtremedistil_tf.export.formats import Exported, check_format, export_portable
@@ -159,6 +151,7 @@ def benchmark(work_dir, variants: Sequence[Tuple[str, str]] = VARIANTS, queries:
     from xtremedistil_tf.errors import ConfigError
     from xtremedistil_tf.evaluate import gold_char_spans, span_scores
     from xtremedistil_tf.export.student import read_config
+    from xtremedistil_tf.io import dir_size
 
     work_dir = Path(work_dir)
     student_dir, test_path = Path(student_dir or work_dir / "student"), work_dir / "data" / "test.jsonl"
@@ -183,7 +176,10 @@ def benchmark(work_dir, variants: Sequence[Tuple[str, str]] = VARIANTS, queries:
                 continue
             served = serve_in_fresh_process(fmt, exported.directory, texts_path, queries, repeats)
             pred = [{tuple(e) for e in found} for found in served.pop("entities")]
-            rows.append({"format": fmt, "quantize": quantize, "size_bytes": _size(exported),
+            # The model file, or the SavedModel without assets.extra (the clients' copies).
+            model = Path(exported.model_file)
+            size = model.stat().st_size if model.is_file() else dir_size(model, skip=("assets.extra",))
+            rows.append({"format": fmt, "quantize": quantize, "size_bytes": size,
                          "parameters": exported.module.served_parameters(),
                          "f1": span_scores(gold, pred)["f1"], **served})
     finally:

@@ -116,18 +116,12 @@ def parse_variants(spec: str) -> List[Tuple[str, str]]:
 
 
 def export_variant(student_dir, out_dir, fmt: str, quantize: str, lengths: Sequence[int]):
-    """Exported(directory, model_file, module) of one variant, written by bin/export's functions."""
-    from xtremedistil_tf.export.formats import Exported, check_format, export_portable
-    from xtremedistil_tf.export.serving import export_student
+    """Exported(directory, model_file, module) of one variant, written by bin/export's function."""
+    from xtremedistil_tf.export.formats import export
 
-    check_format(fmt, quantize)
-    if fmt != "saved_model":
-        return export_portable(student_dir, out_dir, "ner", fmt, quantize, overwrite=True,
-                               lengths=lengths if fmt == "tflite" else ())
-    name = "ner" if quantize == "none" else f"ner-{quantize}"
-    target, module = export_student(student_dir, out_dir, name, version=1, overwrite=True,
-                                    bfloat16=quantize == "bfloat16")
-    return Exported(target, target, module)
+    saved_model = fmt == "saved_model"
+    return export(student_dir, out_dir, fmt, quantize, "ner" if quantize == "none" or not saved_model else
+                  f"ner-{quantize}", version=int(saved_model), overwrite=True, lengths=lengths if fmt == "tflite" else ())
 
 
 def serve_in_fresh_process(fmt: str, directory, texts_path, queries: int, repeats: int) -> Dict:

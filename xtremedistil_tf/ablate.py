@@ -33,7 +33,7 @@ import numpy as np
 
 from xtremedistil_tf import pipeline
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.io import atomic_write_text
+from xtremedistil_tf.io import atomic_write_text, markdown_table as _table
 from xtremedistil_tf.engine.precision import precision_policy
 from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
 from xtremedistil_tf.validation import MAX_SEED
@@ -265,11 +265,6 @@ def _pct(value: Optional[float]) -> str:
 def _summary_f1(scores: dict) -> float:
     """The papers' headline number: mean F1 across languages, or plain F1 without languages."""
     return scores["f1_mean"] if "f1_mean" in scores else scores["all"]["f1"]
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _split(teacher_scores: Dict[str, dict]) -> str:

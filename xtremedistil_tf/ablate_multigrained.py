@@ -28,11 +28,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from xtremedistil_tf import pipeline
-from xtremedistil_tf.ablate import (REPORT, _over_seeds, _pct, _split, _summary_f1, _table, check_names, check_seeds,
+from xtremedistil_tf.ablate import (REPORT, _over_seeds, _pct, _split, _summary_f1, check_names, check_seeds,
                                     ordering_table, seed_results, seeded_students, seeds_section, strategy_step,
                                     upstream_steps)
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.io import atomic_write_text
+from xtremedistil_tf.io import atomic_write_text, markdown_table as _table
 from xtremedistil_tf.workdir import WorkDir
 
 log = logging.getLogger(__name__)

@@ -1,15 +1,18 @@
 """Atomic writes: an artifact appears complete under its final name or not at all.
 
-A run killed mid-write leaves only a `.tmp` sibling, which the next write replaces.
+A run killed mid-write leaves only a `.tmp` sibling, which the next write replaces. A rename is
+made durable by syncing its directory too (`fsync_dir`), so after a power loss the name never
+points at missing data.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, List, Sequence
 
 
 @contextlib.contextmanager
@@ -46,10 +49,52 @@ def atomic_write_text(path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_file(path) -> None:
+    """Flush a file to disk so a rename after a power loss never points at missing data."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path) -> None:
+    """Persist a rename in `path` (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def file_sha256(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def atomic_write_json(path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def dir_size(path, skip: Sequence[str] = ()) -> int:
+    """Bytes of the files under `path`, leaving out those under a directory named in `skip`."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file() and not set(skip) & set(p.parts))
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    """The lines of a markdown table: the header, its rule, a line per row of (already formatted) cells."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def read_json(path):

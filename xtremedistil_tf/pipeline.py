@@ -29,7 +29,7 @@ from xtremedistil_tf.data.classification import class_labels_of
 from xtremedistil_tf.data.inputs import input_files
 from xtremedistil_tf.data.loading import SPLITS, DataConfig, labels_of, load_splits, read_jsonl, write_jsonl
 from xtremedistil_tf.errors import ConfigError, Interrupted
-from xtremedistil_tf.io import atomic_write_json, read_json
+from xtremedistil_tf.io import atomic_write_json, dir_size, read_json
 from xtremedistil_tf.lock import work_dir_lock
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult
 from xtremedistil_tf.engine.distribute import make_distribution, scope_of, worker_work_dir
@@ -493,10 +493,6 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution) -> dict:
     # config in place (each step's own configuration is in its step.json from the start).
     atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
     return step_metrics(work)
-
-
-def dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
 def _score_rows(model: str, scores: dict) -> List[tuple]:

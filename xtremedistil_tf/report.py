@@ -24,17 +24,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers and CI
 import matplotlib.pyplot as plt  # noqa: E402
 
-from xtremedistil_tf.io import atomic_dir, atomic_write_text, read_json  # noqa: E402
+from xtremedistil_tf.io import atomic_dir, atomic_write_text, dir_size, markdown_table as _table, read_json  # noqa: E402
 
 PLOTS_DIR = "report_plots"
-
-
-def _dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def _table(header: List[str], rows: List[List[str]]) -> List[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def _models(metrics: dict) -> Dict[str, dict]:
@@ -65,7 +57,7 @@ def size_rows(metrics: dict, work_dir: Path) -> List[List[str]]:
     rows = []
     for name, model in _models(metrics).items():
         directory = work_dir / name
-        size = f"{_dir_size(directory) / 2**20:.1f}" if directory.is_dir() else "-"
+        size = f"{dir_size(directory) / 2**20:.1f}" if directory.is_dir() else "-"
         ratio = (f"{metrics['teacher']['parameters'] / model['parameters']:.1f}x"
                  if name != "teacher" and "teacher" in metrics else "")
         rows.append([name, f"{model['parameters']:,}", ratio, size])

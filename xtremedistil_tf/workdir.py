@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from xtremedistil_tf.errors import ConfigError, WorkDirError
-from xtremedistil_tf.io import atomic_dir, atomic_write_json, read_json
+from xtremedistil_tf.io import atomic_dir, atomic_write_json, file_sha256, read_json
 
 # errno values that mean the work dir could not be written (disk or quota full, read-only, no permission).
 WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
@@ -58,14 +58,6 @@ def fingerprint_hash(fingerprint: dict) -> str:
 
 
 INPUTS = "inputs"   # the fingerprint key of a step's input files: {path: sha256}
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def stamp_files(files: Dict[str, str], known: Optional[dict] = None) -> dict:

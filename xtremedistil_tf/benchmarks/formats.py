@@ -115,27 +115,13 @@ def parse_variants(spec: str) -> List[Tuple[str, str]]:
     return variants
 
 
-def _size(exported) -> int:
-    """Bytes of the model file, or of the SavedModel without assets.extra (the clients' copies)."""
-    path = Path(exported.model_file)
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and "assets.extra" not in p.parts)
-
-
 def export_variant(student_dir, out_dir, fmt: str, quantize: str, lengths: Sequence[int]):
-    """Exported(directory, model_file, module) of one variant, written by bin/export's functions."""
-    from xtremedistil_tf.export.formats import Exported, check_format, export_portable
-    from xtremedistil_tf.export.serving import export_student
+    """Exported(directory, model_file, module) of one variant, written by bin/export's function."""
+    from xtremedistil_tf.export.formats import export
 
-    check_format(fmt, quantize)
-    if fmt != "saved_model":
-        return export_portable(student_dir, out_dir, "ner", fmt, quantize, overwrite=True,
-                               lengths=lengths if fmt == "tflite" else ())
-    name = "ner" if quantize == "none" else f"ner-{quantize}"
-    target, module = export_student(student_dir, out_dir, name, version=1, overwrite=True,
-                                    bfloat16=quantize == "bfloat16")
-    return Exported(target, target, module)
+    saved_model = fmt == "saved_model"
+    return export(student_dir, out_dir, fmt, quantize, "ner" if quantize == "none" or not saved_model else
+                  f"ner-{quantize}", version=int(saved_model), overwrite=True, lengths=lengths if fmt == "tflite" else ())
 
 
 def serve_in_fresh_process(fmt: str, directory, texts_path, queries: int, repeats: int) -> Dict:
@@ -159,6 +145,7 @@ def benchmark(work_dir, variants: Sequence[Tuple[str, str]] = VARIANTS, queries:
     from xtremedistil_tf.errors import ConfigError
     from xtremedistil_tf.evaluate import gold_char_spans, span_scores
     from xtremedistil_tf.export.student import read_config
+    from xtremedistil_tf.io import dir_size
 
     work_dir = Path(work_dir)
     student_dir, test_path = Path(student_dir or work_dir / "student"), work_dir / "data" / "test.jsonl"
@@ -183,7 +170,10 @@ def benchmark(work_dir, variants: Sequence[Tuple[str, str]] = VARIANTS, queries:
                 continue
             served = serve_in_fresh_process(fmt, exported.directory, texts_path, queries, repeats)
             pred = [{tuple(e) for e in found} for found in served.pop("entities")]
-            rows.append({"format": fmt, "quantize": quantize, "size_bytes": _size(exported),
+            # The model file, or the SavedModel without assets.extra (the clients' copies).
+            model = Path(exported.model_file)
+            size = model.stat().st_size if model.is_file() else dir_size(model, skip=("assets.extra",))
+            rows.append({"format": fmt, "quantize": quantize, "size_bytes": size,
                          "parameters": exported.module.served_parameters(),
                          "f1": span_scores(gold, pred)["f1"], **served})
     finally:

@@ -25,12 +25,11 @@ plot W's F1 against speedup (report.py, figure1.png).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
-import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Tuple
 
@@ -38,9 +37,10 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
+from xtremedistil_tf.benchmarks.timing import median_ms
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.export.student import StudentMeta, served_model
-from xtremedistil_tf.io import atomic_write_json
+from xtremedistil_tf.io import atomic_write_json, dir_size
 from xtremedistil_tf.students.layers import BlockBiLSTM, SequenceMask
 from xtremedistil_tf.students.models import HEADS_ON, build_bilstm_student
 
@@ -183,15 +183,7 @@ def per_query_ms(fn: Callable, queries: np.ndarray, batch: int, repeats: int) ->
     ids = np.resize(queries, (calls * batch, queries.shape[1]))
     batches = [tf.constant(ids[i * batch:(i + 1) * batch]) for i in range(calls)]
     mask = tf.ones_like(batches[0])
-    for _ in range(3):  # tracing and XLA compilation
-        fn(batches[0], mask).numpy()
-    times = []
-    for _ in range(repeats):
-        for ids_batch in batches:
-            start = time.perf_counter()
-            fn(ids_batch, mask).numpy()
-            times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times) / batch
+    return _median_call_ms(lambda ids_batch: fn(ids_batch, mask), batches, repeats) / batch
 
 
 def saved_model_bytes(model, seq_length: int) -> int:
@@ -203,7 +195,7 @@ def saved_model_bytes(model, seq_length: int) -> int:
     module.probs = probs_fn(model, False, seq_length)
     with tempfile.TemporaryDirectory() as tmp:
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.probs.get_concrete_function()})
-        return sum(p.stat().st_size for p in Path(tmp).rglob("*") if p.is_file())
+        return dir_size(tmp)
 
 
 def latencies(model, queries: np.ndarray, repeats: int, modes: Dict[str, bool]) -> Dict[str, Dict[str, float]]:
@@ -242,15 +234,10 @@ def string_signature_ms(student: tf.keras.Model, vocab_size: int, queries: int, 
 
 
 def _median_call_ms(fn: Callable, batches: Sequence[tf.Tensor], repeats: int) -> float:
-    for _ in range(3):
-        fn(batches[0]).numpy()
-    times = []
-    for _ in range(repeats):
-        for batch in batches:
-            start = time.perf_counter()
-            fn(batch).numpy()
-            times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    """Median ms of fn(batch) over `repeats` passes over `batches`, after three warm-up calls (tracing
+    and XLA compilation)."""
+    cycle = itertools.cycle(batches)
+    return median_ms(lambda: fn(next(cycle)), repeats * len(batches), warmup=3)
 
 
 def _best(latency: Dict[str, Dict[str, float]]) -> Dict[str, Tuple[str, float]]:

@@ -9,7 +9,7 @@ from typing import Callable, FrozenSet, List, Tuple
 
 from absl import app, flags
 
-from xtremedistil_tf.errors import Interrupted, XtremeDistilError
+from xtremedistil_tf.errors import ConfigError, Interrupted, XtremeDistilError
 
 FLAGS = flags.FLAGS
 
@@ -112,6 +112,14 @@ def define_execution_flags(trained: str) -> None:
                       f"tf.distribute strategy of {trained}: none (one device), mirrored (this machine's GPUs, or "
                       "its CPU), multi_worker (the cluster in TF_CONFIG; run the same command on every worker). "
                       "Batch sizes are global; learning rates are not rescaled (docs/scale.md).")
+
+
+def int_list(name: str) -> list:
+    """The integers of the list flag --<name>; a value that is not one is a one-line ConfigError."""
+    try:
+        return [int(value) for value in FLAGS[name].value]
+    except ValueError:
+        raise ConfigError(f"--{name}={','.join(FLAGS[name].value)}: expected integers") from None
 
 
 def parse_flags(argv):

@@ -96,21 +96,18 @@ def read_words(split: str, cap: int):
     return sentences[:cap] if cap else sentences
 
 
-def size_row(model: str, vocab: int, hidden: int, params: int, teacher_params: int) -> str:
-    mib = params * 4 / 2**20
-    return f"| {model} | {vocab} | {hidden} | {params:,} | {mib:.1f} | {teacher_params / params:.1f}x |"
-
-
 def size_table(student_cfg, teacher_cfg) -> str:
     """The paper's Table 1: encoder parameters (what fine-tuning loads, pooler included, MLM heads not)."""
+    from xtremedistil_tf.io import markdown_table
     from xtremedistil_tf.subwords.models import encoder_parameter_count
 
-    s, t = encoder_parameter_count(student_cfg), encoder_parameter_count(teacher_cfg)
-    return "\n".join([
-        "| model | vocab size | hidden dim | # params | model size (MiB, float32) | compression |",
-        "|---|---|---|---|---|---|",
-        size_row("student", student_cfg.vocab_size, student_cfg.hidden_size, s, t),
-        size_row("teacher", teacher_cfg.vocab_size, teacher_cfg.hidden_size, t, t)]) + "\n"
+    t = encoder_parameter_count(teacher_cfg)
+    rows = [[model, str(cfg.vocab_size), str(cfg.hidden_size), f"{params:,}", f"{params * 4 / 2**20:.1f}",
+             f"{t / params:.1f}x"]
+            for model, cfg, params in (("student", student_cfg, encoder_parameter_count(student_cfg)),
+                                       ("teacher", teacher_cfg, t))]
+    return "\n".join(markdown_table(["model", "vocab size", "hidden dim", "# params", "model size (MiB, float32)",
+                                      "compression"], rows)) + "\n"
 
 
 def distill() -> None:

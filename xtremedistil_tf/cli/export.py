@@ -14,7 +14,7 @@ from pathlib import Path
 
 from absl import flags
 
-from xtremedistil_tf.cli.common import command, define_common_flags
+from xtremedistil_tf.cli.common import command, define_common_flags, int_list
 from xtremedistil_tf.errors import ConfigError
 
 FLAGS = flags.FLAGS
@@ -78,33 +78,17 @@ def _prune_corpus():
     return corpus
 
 
-def _xla_lengths():
-    try:
-        return [int(n) for n in FLAGS.xla_lengths]
-    except ValueError:
-        raise ConfigError(f"--xla_lengths={','.join(FLAGS.xla_lengths)}: expected integers") from None
-
-
 def export() -> None:
-    from xtremedistil_tf.export.formats import check_format, export_portable
-    from xtremedistil_tf.export.serving import export_student
+    from xtremedistil_tf.export.formats import check_format, export as export_model
 
     check_format(FLAGS.format, FLAGS.quantize)
-    if FLAGS.format != "saved_model" and FLAGS.version:
-        raise ConfigError(f"--version numbers SavedModels for TF Serving; --format={FLAGS.format} writes one directory")
-    student_dir, export_dir = _dirs()
-    if FLAGS.format == "saved_model":
-        target, module = export_student(student_dir, export_dir, FLAGS.model_name, FLAGS.version, FLAGS.overwrite,
-                                        _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters,
-                                        _xla_lengths(), FLAGS.quantize == "bfloat16", FLAGS.decode)
-    else:
-        exported = export_portable(student_dir, export_dir, FLAGS.model_name, FLAGS.format, FLAGS.quantize,
-                                   FLAGS.overwrite, _prune_corpus(), FLAGS.prune_min_count,
-                                   FLAGS.prune_keep_characters, _xla_lengths(), FLAGS.decode)
-        target, module = exported.directory, exported.module
+    exported = export_model(*_dirs(), FLAGS.format, FLAGS.quantize, FLAGS.model_name, FLAGS.version, FLAGS.overwrite,
+                            _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters, int_list("xla_lengths"),
+                            FLAGS.decode)
+    module = exported.module
     print(f"served graph: {module.served_parameters():,} parameters, {len(module.vocab):,} word pieces, "
           f"{module.decode} decoding", flush=True)
-    print(target, flush=True)
+    print(exported.directory, flush=True)
 
 
 main, run = command(export, __doc__, 'bin/export --work_dir=runs/demo')

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from absl import flags
 
-from xtremedistil_tf.cli.common import define_common_flags, define_execution_flags, log_to_work_dir, run_app, run_main
+from xtremedistil_tf.cli.common import command, define_common_flags, define_execution_flags, int_list, log_to_work_dir
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses.hidden import MAPPINGS
 from xtremedistil_tf.nas.controller import ControllerConfig
@@ -88,17 +88,11 @@ define_common_flags()
 define_execution_flags("--mode=distill's distillation (the search's proxy runs use one device)")
 
 
-def _ints(name: str) -> tuple:
-    try:
-        return tuple(int(v) for v in getattr(FLAGS, name))
-    except ValueError:
-        raise ConfigError(f"--{name}={','.join(getattr(FLAGS, name))}: expected integers") from None
-
-
 def search_space(num_teacher_layers: int):
     from xtremedistil_tf.nas.space import SearchSpace
 
-    space = SearchSpace(_ints("layers"), _ints("heads"), _ints("hidden"), _ints("intermediate"), tuple(FLAGS.activations))
+    space = SearchSpace(*(tuple(int_list(name)) for name in ("layers", "heads", "hidden", "intermediate")),
+                        tuple(FLAGS.activations))
     return space if FLAGS.allow_deeper_students else space.restricted_to_depth(num_teacher_layers)
 
 
@@ -127,7 +121,7 @@ class Context:
 
     def latency_lengths(self) -> list:
         if FLAGS.latency_lengths:
-            return [int(n) for n in FLAGS.latency_lengths]
+            return int_list("latency_lengths")
         lengths = [len(ids) for ids in self.eval_ids]
         return sorted({int(round(np.percentile(lengths, q))) for q in (10, 30, 50, 70, 90)})
 
@@ -282,21 +276,15 @@ def run_distill_mode() -> None:
     print(f"{arch.key}: held-out loss {scores['total']:.4f}, latency {info['latency_ms']} ms; saved to {output}")
 
 
-def main(argv) -> None:
-    del argv
+def nas_search() -> None:
+    import tensorflow as tf
 
-    def body():
-        import tensorflow as tf
-
-        if not FLAGS.work_dir:
-            raise ConfigError("--work_dir is required")
-        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.num_threads)
-        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.num_threads)
-        log_to_work_dir(FLAGS.work_dir)
-        run_distill_mode() if FLAGS.mode == "distill" else run_search_mode()
-
-    run_main(body)
+    if not FLAGS.work_dir:
+        raise ConfigError("--work_dir is required")
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.num_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.num_threads)
+    log_to_work_dir(FLAGS.work_dir)
+    run_distill_mode() if FLAGS.mode == "distill" else run_search_mode()
 
 
-def run() -> None:
-    run_app(main, __doc__, 'bin/nas_search --mode=search --work_dir=runs/nas')
+main, run = command(nas_search, __doc__, 'bin/nas_search --mode=search --work_dir=runs/nas')

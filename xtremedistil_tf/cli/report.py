@@ -8,7 +8,7 @@ from pathlib import Path
 
 from absl import flags
 
-from xtremedistil_tf.cli.common import define_common_flags, run_app, run_main
+from xtremedistil_tf.cli.common import command, define_common_flags
 from xtremedistil_tf.errors import ConfigError
 
 FLAGS = flags.FLAGS
@@ -19,29 +19,25 @@ flags.DEFINE_string("latency_json", "", "Latency results of `bin/benchmark laten
                                         "(default: <work_dir>/latency.json when it exists).")
 
 
-def main(argv):
-    def body():
-        from xtremedistil_tf.report import write_report
+def report() -> None:
+    from xtremedistil_tf.report import write_report
 
-        if not FLAGS.work_dir:
-            raise ConfigError("--work_dir is required")
-        report = write_report(FLAGS.work_dir, FLAGS.latency_json or None)
-        if FLAGS.summary:
-            from xtremedistil_tf.io import read_json
-            from xtremedistil_tf.pipeline import summary_table
+    if not FLAGS.work_dir:
+        raise ConfigError("--work_dir is required")
+    path = write_report(FLAGS.work_dir, FLAGS.latency_json or None)
+    if not FLAGS.summary:
+        print(path)
+        return
+    from xtremedistil_tf.io import read_json
+    from xtremedistil_tf.pipeline import summary_table
 
-            work = Path(FLAGS.work_dir)
-            print(summary_table(work, read_json(work / "metrics.json")))
-            print(f"{'report':<26s} {report}")
-            export = work / "export"
-            for model in sorted(p for p in export.iterdir() if p.is_dir()) if export.is_dir() else []:
-                print(f"serve it with TF Serving: docker run --rm -p 8501:8501 -v \"$PWD/{model}:/models/{model.name}\" "
-                      f"-e MODEL_NAME={model.name} tensorflow/serving  (docs/serving.md)")
-        else:
-            print(report)
-
-    run_main(body)
+    work = Path(FLAGS.work_dir)
+    print(summary_table(work, read_json(work / "metrics.json")))
+    print(f"{'report':<26s} {path}")
+    export = work / "export"
+    for model in sorted(p for p in export.iterdir() if p.is_dir()) if export.is_dir() else []:
+        print(f"serve it with TF Serving: docker run --rm -p 8501:8501 -v \"$PWD/{model}:/models/{model.name}\" "
+              f"-e MODEL_NAME={model.name} tensorflow/serving  (docs/serving.md)")
 
 
-def run():
-    run_app(main, __doc__, 'bin/report --work_dir=runs/demo')
+main, run = command(report, __doc__, 'bin/report --work_dir=runs/demo')

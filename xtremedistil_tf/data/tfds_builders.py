@@ -25,7 +25,6 @@ metadata, and `prepare` refuses prepared data whose fingerprint differs unless `
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
@@ -36,6 +35,7 @@ from xtremedistil_tf.data.demo import HOLDOUT_FRACTION, HOLDOUT_SEED, holdout_sp
 from xtremedistil_tf.data.readers import read_char_bmes, read_conll, read_unlabeled, read_wikiann
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import file_sha256
 
 PathLike = Union[str, Path]
 VERSION = tfds.core.Version("1.0.0")
@@ -61,11 +61,7 @@ def _fingerprint(paths: Sequence[Path], root: Path) -> Dict[str, str]:
     """{path relative to manual_dir: "<size>:<sha256>"} of the files a builder reads."""
     prints = {}
     for path in (p for p in paths if p.is_file()):  # the reader reports a missing file
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-        prints[path.relative_to(root).as_posix()] = f"{path.stat().st_size}:{digest.hexdigest()}"
+        prints[path.relative_to(root).as_posix()] = f"{path.stat().st_size}:{file_sha256(path)}"
     return prints
 
 

@@ -32,7 +32,7 @@ import tensorflow as tf
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 from xtremedistil_tf.export import bfloat16
-from xtremedistil_tf.export.serving import NerServing, tag_tables
+from xtremedistil_tf.export.serving import NerServing, export_student, tag_tables
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
 
 FORMATS = ("saved_model", "onnx", "tflite")
@@ -228,6 +228,23 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
         atomic_write_json(tmp / "export.json", meta)
         shutil.copyfile(Path(__file__).with_name("portable.py"), tmp / "predict.py")
     return Exported(target, target / MODEL_FILES[fmt], module)
+
+
+def export(student_dir, export_dir, fmt: str = "saved_model", quantize: str = "none", name: str = "ner",
+           version: int = 0, overwrite: bool = False, prune_corpus: Sequence[Path] = (), min_count: int = 1,
+           keep_characters: bool = True, lengths: Sequence[int] = (), decode: str = DEFAULT_DECODE) -> Exported:
+    """bin/export in any format: a SavedModel <export_dir>/<name>/<version>/ for TF Serving
+    (serving.export_student; `lengths` are its --xla_lengths, `quantize` none or bfloat16), or a
+    portable ONNX or TFLite dir (`export_portable`; `lengths`: TFLite's window lengths, no `version`)."""
+    check_format(fmt, quantize)
+    if fmt != "saved_model":
+        if version:
+            raise ConfigError(f"--version numbers SavedModels for TF Serving; --format={fmt} writes one directory")
+        return export_portable(student_dir, export_dir, name, fmt, quantize, overwrite, prune_corpus, min_count,
+                               keep_characters, lengths, decode)
+    target, module = export_student(student_dir, export_dir, name, version, overwrite, prune_corpus, min_count,
+                                    keep_characters, lengths, quantize == "bfloat16", decode)
+    return Exported(target, target, module)
 
 
 def _versions(fmt: str) -> Dict[str, str]:

@@ -12,7 +12,6 @@ takes its directory as a --teacher to fine-tune.
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,6 +270,3 @@ def describe(arch: Arch, student) -> dict:
     return {"arch": arch.key, **arch.to_dict(),
             "parameters": int(sum(np.prod(v.shape) for v in student.trainable_variables))}
 
-
-def write_json(path, obj) -> None:
-    atomic_write_json(path, json.loads(json.dumps(obj, default=float)))

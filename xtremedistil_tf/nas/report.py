@@ -6,13 +6,16 @@ from typing import List, Optional
 
 import numpy as np
 
-from xtremedistil_tf.io import atomic_write_text
+from xtremedistil_tf.io import atomic_write_text, markdown_table
 
 
-def _row(r: dict) -> str:
+def _scores(r: dict) -> List[str]:
+    return [f"{r['loss']:.4f}", f"{r['latency_ms']:.2f}", f"{r['reward']:.4f}"]
+
+
+def _row(r: dict) -> List[str]:
     predicted = "" if r.get("predicted") is None else f"{r['predicted']:.4f}"
-    return (f"| {r.get('episode', '')} | {r['arch']} | {r.get('source', '')} | {predicted} | {r['loss']:.4f} | "
-            f"{r['latency_ms']:.2f} | {r['reward']:.4f} |")
+    return [str(r.get("episode", "")), r["arch"], str(r.get("source", "")), predicted, *_scores(r)]
 
 
 def _mean_std(values) -> str:
@@ -21,15 +24,13 @@ def _mean_std(values) -> str:
 
 def comparison_table(top: List[dict], baselines: List[dict]) -> List[str]:
     """The paper's Table 3: chosen architectures against random ones (mean ± std per seed)."""
-    lines = ["| model | architecture | loss | CPU latency (ms) | reward |", "|---|---|---|---|---|"]
+    rows = []
     for seed in sorted({b["seed"] for b in baselines}):
-        rows = [b for b in baselines if b["seed"] == seed]
-        lines.append(f"| random, seed {seed} ({len(rows)} archs) | {'; '.join(b['arch'] for b in rows)} | "
-                     f"{_mean_std([b['loss'] for b in rows])} | {_mean_std([b['latency_ms'] for b in rows])} | "
-                     f"{_mean_std([b['reward'] for b in rows])} |")
-    for n, r in enumerate(top, start=1):
-        lines.append(f"| KD-NAS #{n} | {r['arch']} | {r['loss']:.4f} | {r['latency_ms']:.2f} | {r['reward']:.4f} |")
-    return lines
+        runs = [b for b in baselines if b["seed"] == seed]
+        rows.append([f"random, seed {seed} ({len(runs)} archs)", "; ".join(b["arch"] for b in runs),
+                     *(_mean_std([b[key] for b in runs]) for key in ("loss", "latency_ms", "reward"))])
+    rows += [[f"KD-NAS #{n}", r["arch"], *_scores(r)] for n, r in enumerate(top, start=1)]
+    return markdown_table(["model", "architecture", "loss", "CPU latency (ms)", "reward"], rows)
 
 
 def write_report(path, records: List[dict], top: List[dict], baselines: List[dict], header: dict,
@@ -39,16 +40,14 @@ def write_report(path, records: List[dict], top: List[dict], baselines: List[dic
     if latency_error is not None:
         lines.append(f"- latency model (overhead + layers x block) mean absolute relative error on full models: "
                      f"{100 * latency_error:.1f}%")
-    lines += ["", "## Top architectures", "", "| # | architecture | loss | CPU latency (ms) | reward |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {n} | {r['arch']} | {r['loss']:.4f} | {r['latency_ms']:.2f} | {r['reward']:.4f} |"
-              for n, r in enumerate(top, start=1)]
+    lines += ["", "## Top architectures", ""]
+    lines += markdown_table(["#", "architecture", "loss", "CPU latency (ms)", "reward"],
+                            [[str(n), r["arch"], *_scores(r)] for n, r in enumerate(top, start=1)])
     if baselines:
         lines += ["", "## KD-NAS against random architectures (paper Table 3)", ""] + comparison_table(top, baselines)
-    lines += ["", "## Every explored state", "",
-              "| episode | architecture (L,A,H,I,act) | source | predicted reward | loss | CPU latency (ms) | reward |",
-              "|---|---|---|---|---|---|---|"]
-    lines += [_row(r) for r in records]
+    lines += ["", "## Every explored state", ""]
+    lines += markdown_table(["episode", "architecture (L,A,H,I,act)", "source", "predicted reward", "loss",
+                             "CPU latency (ms)", "reward"], [_row(r) for r in records])
     lines += ["", f"![loss against latency]({plot_name})", ""]
     atomic_write_text(path, "\n".join(lines))
 

@@ -106,13 +106,6 @@ def sum_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
                                                                         logits=tf.cast(logits, tf.float32)))
 
 
-def student_mlm(model, batch: Dict[str, tf.Tensor], training: bool = False):
-    """(logits [N, V_s], labels [N]) at the student's masked positions."""
-    out = model.bert(input_ids=batch["s_ids"], attention_mask=batch["s_attn"], training=training)
-    hidden, labels = gather_masked(out.last_hidden_state, batch["s_labels"])
-    return mlm_logits(model, hidden), labels
-
-
 class DualTeacher(tf.Module):
     """The teacher with a student-vocabulary input table and softmax (see the module docstring).
 

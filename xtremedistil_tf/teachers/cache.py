@@ -35,6 +35,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import atomic_write_json, fsync_dir, fsync_file, read_json
 
 MANIFEST = "manifest.json"
 STATE = "cache_state.json"
@@ -61,58 +62,11 @@ def _normalize_json(value: dict) -> dict:
         raise ConfigError(f"cache fingerprint must be JSON-serializable: {exc}") from exc
 
 
-def _atomic_write_json(path: Path, payload: dict) -> None:
-    """Write JSON to ``path`` via a same-dir tmp file, fsync and ``os.replace``."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_file(path: Path) -> None:
-    """Flush a file to disk so a rename after a power loss never points at missing data."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Persist a rename in ``path`` (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _read_json(path: Path) -> dict:
-    """Parsed JSON object from ``path``."""
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _diff_keys(old: dict, new: dict) -> list[str]:
-    """Keys whose values differ between two dicts (missing on one side counts)."""
-    return sorted(k for k in set(old) | set(new) if old.get(k, "<missing>") != new.get(k, "<missing>"))
-
-
 def _describe_diff(old: dict, new: dict) -> str:
-    """One line per differing key: ``key: on disk X, requested Y``."""
-    lines = []
-    for key in _diff_keys(old, new):
-        lines.append(f"  {key}: on disk {json.dumps(old.get(key, '<missing>'))[:200]}, "
-                     f"requested {json.dumps(new.get(key, '<missing>'))[:200]}")
-    return "\n".join(lines)
+    """One line per key whose values differ (missing on one side counts): ``key: on disk X, requested Y``."""
+    old_value, new_value = (lambda k: old.get(k, "<missing>")), (lambda k: new.get(k, "<missing>"))
+    return "\n".join(f"  {key}: on disk {json.dumps(old_value(key))[:200]}, requested {json.dumps(new_value(key))[:200]}"
+                     for key in sorted(set(old) | set(new)) if old_value(key) != new_value(key))
 
 
 def _identity(fingerprint: dict, spec: dict) -> dict:
@@ -165,7 +119,7 @@ def _prepare_dir(out_dir: Path, identity: dict, overwrite: bool) -> Optional[dic
             path.unlink()
     manifest_path, state_path = out_dir / MANIFEST, out_dir / STATE
     if manifest_path.exists():
-        manifest = _read_json(manifest_path)
+        manifest = read_json(manifest_path)
         _check_same_run(out_dir, _identity(manifest.get("fingerprint", {}), manifest.get("spec", {})),
                         identity, MANIFEST)
         if not _damaged_shards(out_dir, manifest):
@@ -173,7 +127,7 @@ def _prepare_dir(out_dir: Path, identity: dict, overwrite: bool) -> Optional[dic
         _reopen(out_dir, manifest, identity)
         return None
     if state_path.exists():
-        _check_same_run(out_dir, _read_json(state_path)["identity"], identity, STATE)
+        _check_same_run(out_dir, read_json(state_path)["identity"], identity, STATE)
     elif any(_SHARD_RE.match(p.name) for p in out_dir.iterdir()):
         raise ConfigError(
             f"{out_dir} holds shard files but no {STATE} or {MANIFEST}, so their fingerprint is "
@@ -191,7 +145,7 @@ def _damaged_shards(out_dir: Path, manifest: dict) -> list[Path]:
 def _reopen(out_dir: Path, manifest: dict, identity: dict) -> None:
     """Turn a complete cache with damaged shards back into a partial run of the same
     fingerprint, so the writer recomputes just those shards."""
-    _atomic_write_json(out_dir / STATE, {"identity": identity, "features": manifest["features"]})
+    atomic_write_json(out_dir / STATE, {"identity": identity, "features": manifest["features"]})
     (out_dir / MANIFEST).unlink()
     for path in _damaged_shards(out_dir, manifest):
         path.unlink(missing_ok=True)
@@ -278,11 +232,11 @@ def _write_shard(out_dir: Path, index: int, num_shards: int, start: int, end: in
             for row in range(b_end - b_start):
                 writer.write(_serialize(stored, row))
             bar.update(b_end - b_start)
-    _fsync_file(tmp)
-    if _read_json(out_dir / STATE).get("features") is None:
-        _atomic_write_json(out_dir / STATE, state)
+    fsync_file(tmp)
+    if read_json(out_dir / STATE).get("features") is None:
+        atomic_write_json(out_dir / STATE, state)
     os.replace(tmp, final)
-    _fsync_dir(out_dir)
+    fsync_dir(out_dir)
 
 
 def _shard_bounds(num_examples: int, shard_size: int) -> list[tuple[int, int]]:
@@ -325,9 +279,9 @@ def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: 
         return manifest
 
     state_path = out_dir / STATE
-    state = _read_json(state_path) if state_path.exists() else {"identity": identity, "features": None}
+    state = read_json(state_path) if state_path.exists() else {"identity": identity, "features": None}
     if not state_path.exists():
-        _atomic_write_json(state_path, state)
+        atomic_write_json(state_path, state)
 
     bounds = _shard_bounds(num_examples, shard_size)
     missing = [i for i in range(len(bounds)) if not (out_dir / shard_name(i, len(bounds))).exists()]
@@ -358,7 +312,7 @@ def _write_manifest(out_dir: Path, identity: dict, features: dict,
         "num_shards": len(bounds), "features": features, "shards": shards,
         "total_bytes": sum(s["bytes"] for s in shards),
     }
-    _atomic_write_json(out_dir / MANIFEST, manifest)
+    atomic_write_json(out_dir / MANIFEST, manifest)
     (out_dir / STATE).unlink(missing_ok=True)
     return manifest
 
@@ -372,7 +326,7 @@ def load_manifest(out_dir: str | os.PathLike) -> dict:
         why = "incomplete (shards but no manifest: the writer was interrupted)" if partial else "missing"
         raise ConfigError(f"teacher-output cache in {out_dir} is {why}; rerun the writer "
                           "(write_sharded with the same fingerprint resumes where it stopped)")
-    manifest = _read_json(path)
+    manifest = read_json(path)
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
         raise ConfigError(f"{path} is not a {FORMAT} v{FORMAT_VERSION} manifest")
     return manifest

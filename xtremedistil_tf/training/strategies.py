@@ -126,8 +126,6 @@ STRATEGIES: Dict[str, Strategy] = {s.name: s for s in (
               Stage("labels", (_CE,), _gradual("softmax")))),
 )}
 
-DEFAULT_STRATEGY = "D4.2"
-
 
 def get_strategy(name: str) -> Strategy:
     """The strategy registered as `name` (see STRATEGIES)."""

@@ -126,11 +126,14 @@ def test_table3_matches_the_scores_in_the_step_dirs(ablation):
     cfg, _, report = ablation
     table = parse_tables(report)[0]
     assert table[0] == ["model", "strategy", "de", "en", "mean", "std", "all", "% of teacher"]
-    assert [row[0] for row in table[1:]] == ["teacher", "D0", "D1"]
-    teacher = info(cfg, "teacher")["scores"]["test"]
+    # The teacher decoded as the students are (constrained) is the 100%; its own argmax scores a row.
+    assert [row[0] for row in table[1:]] == ["teacher", "teacher (argmax)", "D0", "D1"]
+    teacher = info(cfg, "ablate/teacher-decoded")["scores"]["test"]
+    own = info(cfg, "teacher")["scores"]["test"]
     teacher_mean = np.mean([teacher["languages"][lang]["f1"] for lang in ("de", "en")])
     for row in table[1:]:
-        scores = teacher if row[0] == "teacher" else info(cfg, f"ablate/{row[0]}")["scores"]["test"]
+        scores = {"teacher": teacher, "teacher (argmax)": own}.get(row[0]) or info(cfg, f"ablate/{row[0]}")["scores"][
+            "test"]
         f1 = [scores["languages"][lang]["f1"] for lang in ("de", "en")]
         assert scores["languages"]["de"]["sentences"] == scores["languages"]["en"]["sentences"] == SIZES["test"]
         assert row[2:7] == [pct(f1[0]), pct(f1[1]), pct(np.mean(f1)), pct(np.std(f1)), pct(scores["all"]["f1"])]
@@ -277,6 +280,9 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
     jobs = {
         "teacher": run_cli(evaluate, f"--model={cfg.work_dir}/teacher/model", *data, "--langs=en,de",
                            f"--output_json={tmp_path / 'teacher.json'}"),
+        # --decode on a teacher: decoded as the students, the ablation's 100%.
+        "teacher-decoded": run_cli(evaluate, f"--model={cfg.work_dir}/teacher/model", *data, "--langs=en,de",
+                                   "--decode=constrained", f"--output_json={tmp_path / 'teacher-decoded.json'}"),
         "D1": run_cli(evaluate, f"--model={cfg.work_dir}/ablate/D1", *data, "--langs=en,de",
                       f"--output_json={tmp_path / 'D1.json'}"),
         # D0's German student alone scores the German test sentences as the ablation did.
@@ -289,11 +295,12 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
                                          "--seeds=1,1", "--method=multigrained"),
     }
     out = {name: (job.wait(timeout=300), *job.communicate()) for name, job in jobs.items()}
-    for name in ("teacher", "D1", "D0-de"):
+    for name in ("teacher", "teacher-decoded", "D1", "D0-de"):
         assert out[name][0] == 0, out[name][2][-2000:]
         scores = json.load(open(tmp_path / f"{name}.json"))
         assert f"F1 {scores['all']['f1']:.4f}" in out[name][1]
-        expected = info(cfg, {"teacher": "teacher", "D1": "ablate/D1", "D0-de": "ablate/D0"}[name])["scores"]["test"]
+        expected = info(cfg, {"teacher": "teacher", "teacher-decoded": "ablate/teacher-decoded", "D1": "ablate/D1",
+                              "D0-de": "ablate/D0"}[name])["scores"]["test"]
         if name == "D0-de":
             assert scores["all"]["f1"] == pytest.approx(expected["languages"]["de"]["f1"], abs=1e-12)
             assert scores["all"]["sentences"] == SIZES["test"]
@@ -417,8 +424,9 @@ def test_bin_ablate_seeds_trains_a_student_per_seed_from_one_teacher_and_reports
     assert per_seed == [["strategy", "seed 1", "seed 2", "mean ± std"],
                         ["D1", pct(f1[1]), pct(f1[2]), f"{pct(mean)} ± {pct(std)}"]]
     assert table3[0] == ["model", "strategy", "de", "en", "mean", "all", "% of teacher"]
-    d1 = table3[2]
-    assert d1[0] == "D1" and d1[4] == f"{pct(mean)} ± {pct(std)}"
+    assert [row[0] for row in table3[1:]] == ["teacher", "teacher (argmax)", "D1"]
+    d1 = table3[3]
+    assert d1[4] == f"{pct(mean)} ± {pct(std)}"
     for col, lang in ((2, "de"), (3, "en")):
         values = [infos[s]["scores"]["test"]["languages"][lang]["f1"] for s in (1, 2)]
         assert d1[col] == f"{pct(np.mean(values))} ± {pct(np.std(values, ddof=1))}"

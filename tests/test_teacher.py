@@ -92,3 +92,42 @@ def test_teacher_dir_errors(tmp_path):
         build_teacher(str(tmp_path / "empty"), TOY_LABELS)
     with pytest.raises(ConfigError, match="not a saved teacher"):
         load_teacher(tmp_path / "empty")
+
+
+def test_teacher_decoded_as_the_students_gives_the_best_valid_sequence_over_word_labels(tiny_bert_dir):
+    """teacher_word_tags(decode=...): with every piece's logits I-PER > B-PER > O (and the [CLS]/[SEP]/X
+    marker columns far above all, which a first-piece teacher never learnt), the teacher's own argmax
+    tags every word I-PER; the students' constrained decoder gives B-PER then I-PER, the best
+    sequence IOB2 allows, over the word labels only; decode="argmax" reads the same columns."""
+    from xtremedistil_tf.teachers.finetune import teacher_word_tags
+    from xtremedistil_tf.data.sentence import Sentence
+
+    teacher, tokenizer = build_teacher(str(tiny_bert_dir), TOY_LABELS, max_seq_length=16, random_init=True)
+    kernel, _ = teacher.classifier.get_weights()
+    bias = np.full(len(teacher.tag_vocab), -5.0, np.float32)
+    bias[[teacher.tag_vocab.tags.index(t) for t in ("O", "B-PER", "I-PER")]] = [1.0, 2.0, 3.0]
+    bias[len(TOY_LABELS):] = 100.0
+    teacher.classifier.set_weights([np.zeros_like(kernel), bias])
+    sentences = [Sentence(["john", "paul", "smith"], ["B-PER", "I-PER", "I-PER"]), Sentence(["paris"], ["B-LOC"])]
+    windows = encode(sentences, tokenizer, teacher.tag_vocab, 16)
+    assert teacher_word_tags(teacher, windows, "IOB2") == [["I-PER"] * 3, ["I-PER"]]
+    assert teacher_word_tags(teacher, windows, "IOB2", "argmax") == [["I-PER"] * 3, ["I-PER"]]
+    assert teacher_word_tags(teacher, windows, "IOB2", "constrained") == [["B-PER", "I-PER", "I-PER"], ["B-PER"]]
+    scores = evaluate_teacher(teacher, tokenizer, sentences, "IOB2", decode="constrained")
+    assert scores["all"]["f1"] == pytest.approx(2 * 0.5 * 0.5 / (0.5 + 0.5))  # john paul smith found, paris typed wrong
+    with pytest.raises(ConfigError, match="--decode=wrong"):
+        teacher_word_tags(teacher, windows, "IOB2", "wrong")
+
+
+def test_a_crf_teacher_decodes_with_its_viterbi_only(tiny_bert_dir):
+    from xtremedistil_tf.teachers.crf_head import build_crf_teacher
+    from xtremedistil_tf.teachers.finetune import teacher_word_tags
+    from xtremedistil_tf.data.sentence import Sentence
+
+    teacher, tokenizer = build_crf_teacher(str(tiny_bert_dir), TOY_LABELS, "IOB2", max_seq_length=16,
+                                           random_init=True)
+    windows = encode([Sentence(["john", "went"], ["B-PER", "O"])], tokenizer, teacher.tag_vocab, 16)
+    own = teacher_word_tags(teacher, windows, "IOB2")
+    assert teacher_word_tags(teacher, windows, "IOB2", "constrained") == own
+    with pytest.raises(ConfigError, match="--decode=argmax: a CRF teacher"):
+        teacher_word_tags(teacher, windows, "IOB2", "argmax")

@@ -22,6 +22,9 @@ A softmax student is scored as bin/export serves it: its word tags decoded by --
 (constrained, the default: the most probable sequence the tag scheme allows; argmax: each word's
 best tag), with the same decoder as the export (crf/decoding.py). An exported model is scored as
 it was exported (its assets.extra/export.json says how); --decode, if given, must agree.
+A token teacher is scored with its own decoding (argmax at each word's first piece, or its CRF's
+Viterbi) unless --decode is given: then it is decoded as a softmax student is, so a teacher and its
+students can be compared with one decoder.
 """
 from __future__ import annotations
 
@@ -58,7 +61,8 @@ flags.DEFINE_integer("seed", 42, "demo only: the seed of bin/train's split.")
 flags.DEFINE_string("output_json", "", "Also write the scores here (JSON, written atomically).")
 flags.DEFINE_enum("decode", "constrained", ["constrained", "argmax"],
                   "Softmax students: decode word tags as bin/export --decode does (constrained: the best sequence "
-                  "the tag scheme allows; argmax: each word's best tag). Exports: as exported.")
+                  "the tag scheme allows; argmax: each word's best tag). Exports: as exported. Token teachers: their "
+                  "own decoding unless given.")
 
 define_common_flags()
 
@@ -104,7 +108,7 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
 
     `decode` (crf/decoding.py): how a softmax student's word tags are decoded (None: "constrained",
     as bin/export serves by default); an export decodes as it was exported, and a `decode` that differs
-    is refused; teachers take none."""
+    is refused; a token teacher decodes its own way when it is None (teachers.finetune.teacher_word_tags)."""
     if not sentences:
         raise ConfigError("no labeled sentences to score")
     kind, path = model_kind(directory)
@@ -121,8 +125,6 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
                               f"--decode or re-export with bin/export --decode={decode}")
         return {"model": str(path), "kind": kind, "scheme": scheme, "decode": exported,
                 **_evaluate_served(path, sentences, scheme)}
-    if kind == "teacher" and decode is not None:
-        raise ConfigError("--decode applies to students and exports; a teacher is scored with its own decoding")
     _check_task(path, kind, sentences)
     if kind == "teacher":
         from xtremedistil_tf.teachers.classifier import SequenceTeacher, evaluate_sequence_teacher
@@ -132,9 +134,11 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
 
         teacher, tokenizer = load_teacher(path)
         if isinstance(teacher, (SequenceTeacher, PretrainedSequenceTeacher)):
+            if decode is not None:
+                raise ConfigError(f"--decode={decode}: {path} classifies sentences; --decode is for taggers")
             scores = evaluate_sequence_teacher(teacher, tokenizer, sentences)
         else:
-            scores = evaluate_teacher(teacher, tokenizer, sentences, scheme)
+            scores = evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=decode)
     else:
         scores = _evaluate_student(path, sentences, scheme, decode or DEFAULT_DECODE)
     return {"model": str(path), "kind": kind, "scheme": scheme, **scores}

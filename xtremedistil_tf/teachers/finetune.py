@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf.crf.decoding import WordDecoder
 from xtremedistil_tf.data.alignment import Windows, encode, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
@@ -227,11 +228,35 @@ def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.nd
     return predict_by_length(windows, teacher.predict_tags_fn(), batch_size)
 
 
+def teacher_word_tags(teacher, windows: Windows, scheme: str, decode: Optional[str] = None,
+                      batch_size: int = 64) -> List[List[str]]:
+    """Each sentence's word tags from a token teacher. `decode` None: the teacher's own decoding
+    (argmax over the word labels at each word's first piece; a CRF head's Viterbi; a checkpoint's
+    argmax column through its label map). "constrained" / "argmax": decoded as a softmax student is
+    (crf.decoding.WordDecoder over the softmax of the word labels' logits), so a teacher and its
+    students can be scored with one decoder; a CRF head decodes with its own Viterbi only."""
+    if decode is None or hasattr(teacher, "crf"):
+        if decode not in (None, "constrained"):
+            raise ConfigError(f"--decode={decode}: a CRF teacher decodes with its CRF's Viterbi; --decode=argmax is "
+                              "for softmax taggers")
+        return teacher.decode_words(windows, predict_piece_tags(teacher, windows, batch_size))
+    labels = len(teacher.tag_vocab.labels)
+    spec = tf.TensorSpec([None, None], tf.int32)
+    # Over the word labels only (marker columns 0), as predict_tags_fn's argmax reads them.
+    probs_fn = tf.function(lambda batch: tf.pad(tf.nn.softmax(tf.cast(teacher(batch)[..., :labels], tf.float32)),
+                                                [[0, 0], [0, 0], [0, len(teacher.tag_vocab) - labels]]),
+                           input_signature=[{"input_ids": spec, "attention_mask": spec}])
+    probs = predict_by_length(windows, probs_fn, batch_size)
+    decoder = WordDecoder(teacher.tag_vocab.tags, teacher.tag_vocab.labels, scheme, decode)
+    return decoder.decode_windows(windows, probs)[0]
+
+
 def evaluate_teacher(teacher, tokenizer, sentences: Sequence[Sentence], scheme: str,
-                     batch_size: int = 64) -> Dict:
-    """Entity scores of the teacher's word-level predictions on labeled sentences."""
+                     batch_size: int = 64, decode: Optional[str] = None) -> Dict:
+    """Entity scores of the teacher's word-level predictions on labeled sentences (`decode`:
+    `teacher_word_tags`)."""
     windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    predicted = teacher.decode_words(windows, predict_piece_tags(teacher, windows, batch_size))
+    predicted = teacher_word_tags(teacher, windows, scheme, decode, batch_size)
     return score_by_language([s.tags for s in sentences], predicted, [s.lang for s in sentences], scheme)
 
 

@@ -1,5 +1,5 @@
-"""tf.distribute (engine/distribute.py): the staged student loop (Keras fit) and multi-grained
-KD (a custom loop) under MirroredStrategy on 2 logical CPUs, and under MultiWorkerMirroredStrategy
+"""tf.distribute (engine/distribute.py): the staged student loop and multi-grained KD (both Keras
+fit on the engine) under MirroredStrategy on 2 logical CPUs, and under MultiWorkerMirroredStrategy
 with 2 local worker processes, follow the single-device loss curve and end at its weights.
 
 Dropout is off: replicas draw different dropout masks than one device does, by design.

@@ -1,6 +1,6 @@
 """Exact resume after a kill: a run SIGKILLed at several points and rerun each time ends with the
 weights and metrics of an uninterrupted run with the same seed (engine/resume.py): the staged
-XtremeDistil loop, KD-NAS distillation, subwords dual training and teacher fine-tuning.
+XtremeDistil loop, multi-grained KD, KD-NAS distillation, subwords dual training and teacher fine-tuning.
 
 Each run is a fresh process (tests/training_driver.py) that kills itself with SIGKILL, the way a
 lost machine ends a run: nothing is flushed or cleaned up after the last epoch checkpoint.
@@ -72,17 +72,21 @@ def test_staged_run_killed_three_times_ends_as_the_uninterrupted_one(tmp_path):
 
 
 def history_values(record):
-    """The loss history of a KD-NAS or subwords run, without wall times."""
+    """The loss history of a multi-grained, KD-NAS or subwords run, without wall times."""
     history = record["history"]
+    if isinstance(history, dict) and "epochs" in history:  # multi-grained: each loss, lambda, dev loss
+        return [[e["train_loss"], e["dev_loss"], *e["losses"].values(), *e["lambdas"].values()]
+                for e in history["epochs"]]
     if isinstance(history, dict):
         return history["train_loss"]
     return [[v for k, v in sorted(epoch.items()) if k != "seconds"] for epoch in history]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loop", ["nas", "subwords"])
+@pytest.mark.parametrize("loop", ["multigrained", "nas", "subwords"])
 def test_distillation_killed_twice_ends_as_the_uninterrupted_one(tmp_path, loop):
-    # 4 engine epochs: KD-NAS 5 batches each, subwords 3 steps each (with dropout on: stateful_dropout).
+    # 4 engine epochs: multi-grained 4 batches each, KD-NAS 5, subwords 3 steps each (with dropout
+    # on: stateful_dropout).
     kill_and_rerun(tmp_path, [(2, 2),   # mid second epoch, after the first epoch's checkpoint
                               (4, 0)],  # as the last epoch begins
                    loop=loop, epochs=4)
@@ -93,6 +97,8 @@ def test_distillation_killed_twice_ends_as_the_uninterrupted_one(tmp_path, loop)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     assert len(history_values(record)) == len(history_values(ref_record)) == 4
     np.testing.assert_allclose(history_values(record), history_values(ref_record), rtol=1e-6)
+    if loop == "multigrained":  # the same epoch selected (on the dev NLL)
+        assert record["history"]["best_epoch"] == ref_record["history"]["best_epoch"] > 0
     assert len(record["epoch_losses"]) == 1  # the final run trained only the last epoch
 
 

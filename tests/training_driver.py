@@ -151,32 +151,10 @@ def run_multigrained(distribution, checkpoint, killer):
                                    run_eagerly=SPEC.get("eager", True))
     position = checkpoint.position()
     killer.epoch = len(position["epochs"]) if position else 0
-    # The custom loop has no Keras callbacks: count batches through the training step.
-    original = mg._run_epoch
-
-    def run_epoch(steps, batches, names, epoch):
-        killer.on_epoch_begin(epoch)
-        train_step = steps.train
-
-        def counted(batch, count=[0]):
-            out = train_step(batch)
-            count[0] += 1
-            killer._maybe_kill(count[0])
-            return out
-
-        steps.train = counted
-        try:
-            loss, means = original(steps, batches, names, epoch)
-        finally:
-            steps.train = train_step
-        killer.losses.append(loss)
-        return loss, means
-
-    mg._run_epoch = run_epoch
     # Epochs selected by the dev NLL of the gold tags (the tiny student's dev F1 stays 0 for a few
     # epochs, which would restore the starting weights and make the weight comparisons vacuous).
     history = mg.train_multigrained(student, multigrained_stream(vocab, train, 1), mg.windows_dataset(dev), config,
-                                    vocab.pad_id, checkpoint=checkpoint, distribution=distribution)
+                                    vocab.pad_id, checkpoint=checkpoint, distribution=distribution, callbacks=[killer])
     return student.get_weights(), {"history": history.to_dict()}
 
 

@@ -16,7 +16,7 @@ at every size (compute equal, only the data size differs):
   code `bin/train --method=xtremedistil` runs, one epoch per unfreeze step, the transfer epoch cut
   to `--memory_steps` batches *after* the pipeline's shuffle (so the shuffle buffer fills from
   the whole cache, as in a real epoch); the labeled stage runs its 63 batches of 2,000 windows.
-- multigrained: the hard + seq_ce step of `training/multigrained.py` on the stream its
+- multigrained: the hard + seq_ce `MultiGrainedStep` of `training/multigrained.py` on the stream its
   `train_multigrained` builds (`_stream`: select keys, shuffle with `shuffle_buffer`, batch,
   trim) over `read_sharded` of the cache, as `student_run.distil_multigrained` reads it, cut to
   `--memory_steps` batches after the shuffle; the epoch loop's bookkeeping and dev scoring are
@@ -139,7 +139,6 @@ def train_multigrained_steps(transfer_dir, steps: int, shuffle_buffer: int = 0) 
     """`steps` multi-grained (hard + seq_ce) steps on train_multigrained's stream of the cache."""
     import tensorflow as tf
 
-    from xtremedistil_tf.layers.uncertainty import loss_weighting
     from xtremedistil_tf.students.crf_student import build_bilstm_crf_student
     from xtremedistil_tf.teachers.cache import read_sharded
     from xtremedistil_tf.training import multigrained as mg
@@ -151,14 +150,14 @@ def train_multigrained_steps(transfer_dir, steps: int, shuffle_buffer: int = 0) 
     keys = mg._needed_keys(config.losses, list(transfer.element_spec))
     train = mg._stream(transfer, keys, config, shuffle=True).take(steps)
     student = build_bilstm_crf_student(VOCAB, TAGS, None, embedding_dim=EMBEDDING, hidden=UNITS)
-    weighting = loss_weighting(config.weighting, len(config.losses))
-    weighting.build(tf.TensorShape([len(config.losses)]))
-    step = mg._Steps(student, weighting, config, PAD_ID, mg._relaxed(train.element_spec))
+    # The engine's step (what Keras' fit traces), compiled once for every batch shape.
+    train_step = tf.function(mg.MultiGrainedStep(student, config, PAD_ID).train_step,
+                             input_signature=[train.element_spec])
     before, start, first, done = _rss_mib(), time.perf_counter(), None, 0
     for batch in train:
         if first is None:
             first = time.perf_counter() - start
-        step.train(batch)
+        train_step(batch)
         done += 1
     return {"rss_before_mib": before, "seconds": time.perf_counter() - start, "first_batch_s": first,
             "batches": done, "shuffle_buffer": config.shuffle_buffer}

@@ -1,5 +1,5 @@
-"""The epoch loop the training methods run on (teacher fine-tuning, the staged loop, KD-NAS
-distillation, subwords dual training; multi-grained KD keeps its own loop for now).
+"""The epoch loop every training method runs on (teacher fine-tuning, the staged loop, multi-grained
+KD, KD-NAS distillation, subwords dual training).
 
 A method supplies its step as a Keras `Model` whose `train_step`/`test_step` compute its loss (and a
 compiled optimizer, or its own optimizer groups: `apply_groups`); the engine owns the rest:

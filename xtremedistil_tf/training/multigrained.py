@@ -17,23 +17,21 @@ Losses (`losses/sequence.py`, looked up in `losses/registry.py`), by name:
     token_pos  L_Token-pos (Eq. 10 on the CRF marginals)
                both Eq. 10's cross-entropy, or the KL with token_loss="kl" (losses/sequence.py)
 combined by `layers.uncertainty.loss_weighting(config.weighting, n)` (Eq. 9), whose lambdas are
-trained with the student by the same optimizer. Early stopping on dev F1 (Viterbi, `make_crf_dev_f1`)
-or, without an evaluate_fn, on the dev NLL of the gold tags; the best epoch's weights (student and
-lambdas) are restored.
+trained with the student by the same optimizer. The epochs run on the engine (`Engine.fit` of a
+`MultiGrainedStep`: per-epoch seeds, checkpoints and exact resume, tf.distribute, loss scaling).
+Early stopping on dev F1 (Viterbi, `make_crf_dev_f1`) or, without an evaluate_fn, on the dev NLL of
+the gold tags; the best epoch's weights (student and lambdas) are restored.
 """
 from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
-from tqdm.auto import tqdm
 
-from xtremedistil_tf.console import epoch_line
 from xtremedistil_tf.data.alignment import CompiledPerStudent, TagVocab, Windows, decode, predict_by_length
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import entity_scores
@@ -42,10 +40,9 @@ from xtremedistil_tf.losses import registry, sequence
 from xtremedistil_tf.losses.sequence import hard_targets
 from xtremedistil_tf.students.models import StudentArch
 from xtremedistil_tf.teachers.multigrained_outputs import check_kbest
-from xtremedistil_tf.engine.distribute import scope_of, shard_by_data
-from xtremedistil_tf.engine.loop import check_finite_loss, replica_share
-from xtremedistil_tf.engine.precision import with_loss_scaling
-from xtremedistil_tf.engine.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
+from xtremedistil_tf.engine.distribute import scope_of
+from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
+from xtremedistil_tf.engine.resume import EpochCheckpoint
 from xtremedistil_tf.engine.tensorboard import ScalarLog, current_learning_rate
 
 log = logging.getLogger(__name__)
@@ -164,18 +161,6 @@ def _stream(ds: tf.data.Dataset, keys: Sequence[str], config: MultiGrainedConfig
     return ds.batch(config.batch_size).map(lambda b: _trim(b, config.kbest)).prefetch(tf.data.AUTOTUNE)
 
 
-def _relaxed(element_spec: Dict[str, tf.TensorSpec]) -> Dict[str, tf.TensorSpec]:
-    """The batch signature with unknown batch and time dims, so one trace serves every batch."""
-    specs = {}
-    for key, spec in element_spec.items():
-        shape = spec.shape.as_list()
-        shape[0] = None
-        if key in TIME_AXIS:
-            shape[TIME_AXIS[key]] = None
-        specs[key] = tf.TensorSpec(shape, spec.dtype)
-    return specs
-
-
 def _check_kbest(ds: tf.data.Dataset, config: MultiGrainedConfig) -> None:
     cached = ds.element_spec.get("kbest_tags")
     if cached is not None and cached.shape[0] is not None and cached.shape[0] < config.kbest:
@@ -186,191 +171,126 @@ def _check_kbest(ds: tf.data.Dataset, config: MultiGrainedConfig) -> None:
 def _loss_counts(names, batch, pad_id: int) -> tf.Tensor:
     """[num_losses] what each loss of `_loss_values` averages over in this batch (the registry's
     count: rows for the sequence losses, real positions for the token losses). A replica's share of
-    the global batch's count weights its loss (`_Steps`)."""
+    the global batch's count weights its loss (`MultiGrainedStep`)."""
     return tf.stack([loss.count(loss.mask(batch, pad_id)) for loss in map(registry.get, names)])
 
 
-class _Steps:
-    """The compiled train and dev steps of one run (the student, its weighting layer, Adam).
+class MultiGrainedStep(GroupsStep):
+    """The step the engine fits (engine/loop.py): the student, its loss weighting (Eq. 9) and one
+    Adam over both (`clipnorm` on the global gradient norm; one loss scale under mixed_float16).
+    `train_step` minimises the weighted losses and logs each loss's mean, the weighted total
+    (`loss`) and the lambdas after the step (`lambda_<loss>`); `test_step` logs the dev NLL of the
+    gold tags (`loss`, the exact mean over the labeled rows). Its weights, what the engine selects
+    and restores, are the student's and the weighting's.
 
     Under a tf.distribute strategy each replica trains on its slice of the global batch: its loss
     terms are weighted by its share of what each term averages over (`_loss_counts`, summed over
     replicas), and the weighting's regulariser counts once over all replicas, so the gradients the
-    optimizer sums over replicas are the single-device gradients of the global batch."""
+    optimizer sums over replicas are the single-device gradients of the global batch; the logged
+    means are those of the global batches too."""
 
-    def __init__(self, student, weighting, config: MultiGrainedConfig, pad_id: int, train_spec, distribution=None):
-        self.student, self.weighting, self.config, self.pad_id = student, weighting, config, pad_id
-        self.distribution = distribution
-        self.crf = student.get_layer("crf")
-        self.variables = student.trainable_variables + weighting.trainable_variables
-        with scope_of(distribution):
-            self.optimizer = with_loss_scaling(tf.keras.optimizers.Adam(config.learning_rate,
-                                                                        global_clipnorm=config.clipnorm))
-            # Slots exist before a checkpoint is restored into them (engine/resume.py).
-            getattr(self.optimizer, "inner_optimizer", self.optimizer).build(self.variables)
-        dev_spec = {k: tf.TensorSpec([None, None], tf.int32) for k in (*INPUT_KEYS, "label_ids")}
-        if distribution is not None:
-            self.train = tf.function(self._distributed_train)
-            self.dev_nll = tf.function(self._dev_nll, input_signature=[dev_spec])
-        elif config.run_eagerly:
-            self.train, self.dev_nll = self._train, self._dev_nll
-        else:
-            self.train = tf.function(self._train, input_signature=[train_spec])
-            self.dev_nll = tf.function(self._dev_nll, input_signature=[dev_spec])
+    def __init__(self, student: tf.keras.Model, config: MultiGrainedConfig, pad_id: int):
+        super().__init__((*config.losses, "loss"), run_eagerly=config.run_eagerly)
+        self.student, self.names, self.pad_id, self.token_loss = student, config.losses, pad_id, config.token_loss
+        self.weighting = loss_weighting(config.weighting, len(config.losses))
+        self.weighting.build(tf.TensorShape([len(config.losses)]))
+        self.use_groups([(tf.keras.optimizers.Adam(config.learning_rate, global_clipnorm=config.clipnorm),
+                          student.trainable_variables + self.weighting.trainable_variables)])
 
-    def _train(self, batch):
+    def get_weights(self):
+        return self.student.get_weights() + self.weighting.get_weights()
+
+    def set_weights(self, weights):
+        size = len(self.student.weights)
+        self.student.set_weights(weights[:size])
+        self.weighting.set_weights(weights[size:])
+
+    def objects(self) -> Dict[str, object]:
+        """What a checkpoint holds besides the best weights (engine/resume.py)."""
+        return {"student": self.student, "weighting": self.weighting, **self.optimizers()}
+
+    def train_step(self, batch):
+        shares = replica_share(_loss_counts(self.names, batch, self.pad_id)) * tf.ones([len(self.names)])
+        replicas = tf.distribute.get_replica_context().num_replicas_in_sync
         with tf.GradientTape() as tape:
             outputs = self.student({k: batch[k] for k in INPUT_KEYS}, training=True)
-            values = tf.stack(_loss_values(self.config.losses, outputs, batch, self.crf.transitions, self.pad_id,
-                                           self.config.token_loss))
-            total = self.weighting(values)
-        self.optimizer.minimize(total, self.variables, tape=tape)
-        return total, values
+            values = tf.stack(_loss_values(self.names, outputs, batch, self.student.get_layer("crf").transitions,
+                                           self.pad_id, self.token_loss))
+            total = self.weighting(values * shares)
+            if replicas > 1:
+                # The weighting is linear in the losses plus a regulariser (its value at zero
+                # losses): keep 1/R of the regulariser per replica.
+                total -= (1.0 - 1.0 / replicas) * self.weighting(tf.zeros_like(values))
+        self.minimize(tape, total)
+        # Weighted by its shares, each replica's part sums over the replicas to the global batch's value.
+        for index, name in enumerate(self.names):
+            self.trackers[name].update_state(values[index], sample_weight=shares[index])
+        self.trackers["loss"].update_state(total * replicas, sample_weight=1.0 / replicas)
+        lambdas = self.weighting.lambdas
+        return {**{name: tracker.result() for name, tracker in self.trackers.items()},
+                **{f"lambda_{name}": lambdas[index] for index, name in enumerate(self.names)}}
 
-    def _replica_train(self, batch):
-        context = tf.distribute.get_replica_context()
-        share = replica_share(_loss_counts(self.config.losses, batch, self.pad_id))
-        replicas = float(context.num_replicas_in_sync)
-        with tf.GradientTape() as tape:
-            outputs = self.student({k: batch[k] for k in INPUT_KEYS}, training=True)
-            values = tf.stack(_loss_values(self.config.losses, outputs, batch, self.crf.transitions,
-                                           self.pad_id, self.config.token_loss)) * share
-            # The weighting is linear in the losses plus a regulariser (weighting of zeros):
-            # keep 1/R of the regulariser per replica.
-            total = self.weighting(values) - (1.0 - 1.0 / replicas) * self.weighting(tf.zeros_like(values))
-        self.optimizer.minimize(total, self.variables, tape=tape)
-        return total, values
-
-    def _distributed_train(self, batch):
-        """One global batch (a distributed dataset's element): (total, loss values) of the batch."""
-        total, values = self.distribution.run(self._replica_train, args=(batch,))
-        reduce = self.distribution.reduce
-        return (reduce(tf.distribute.ReduceOp.SUM, total, axis=None),
-                reduce(tf.distribute.ReduceOp.SUM, values, axis=None))
-
-    def _dev_nll(self, batch):
-        """(sum of gold NLLs over the labeled rows, their count)."""
+    def test_step(self, batch):
+        batch = {k: tf.cast(batch[k], tf.int32) for k in (*INPUT_KEYS, "label_ids")}
         outputs = self.student({k: batch[k] for k in INPUT_KEYS}, training=False)
         hard = registry.get("hard")
         mask = hard.mask(batch, self.pad_id)
-        count = hard.count(mask)
-        return hard({**outputs, "transitions": self.crf.transitions}, batch, mask) * count, count
+        nll = hard({**outputs, "transitions": self.student.get_layer("crf").transitions}, batch, mask)
+        self.trackers["loss"].update_state(nll, sample_weight=hard.count(mask))
+        return {"loss": self.trackers["loss"].result()}
 
 
-def _dev_loss(steps: _Steps, dev: Optional[tf.data.Dataset]) -> Optional[float]:
-    if dev is None:
-        return None
-    total, count = 0.0, 0.0
-    for batch in dev:
-        nll, n = steps.dev_nll({k: tf.cast(batch[k], tf.int32) for k in (*INPUT_KEYS, "label_ids")})
-        total, count = total + float(nll), count + float(n)
-    return total / count if count else None
-
-
-def _run_epoch(steps: _Steps, train: tf.data.Dataset, names, epoch: int) -> Tuple[float, Dict[str, float]]:
-    totals, values = [], []
-    batches = int(train.cardinality()) if isinstance(train, tf.data.Dataset) else -1  # -1: unknown, distributed
-    bar = tqdm(train, total=batches if batches >= 0 else None, unit="batch", disable=not steps.config.progress,
-               desc=f"student epoch {epoch}/{steps.config.epochs}")
-    for batch in bar:
-        total, per_loss = steps.train(batch)
-        totals.append(float(total))
-        values.append(per_loss.numpy())
-        bar.set_postfix(loss=f"{np.mean(totals[-50:]):.4f}")
-    means = np.mean(values, axis=0)
-    return float(np.mean(totals)), {name: float(v) for name, v in zip(names, means)}
+def _record(names: Sequence[str], epoch: int, logs: Dict[str, float]) -> Dict:
+    """A history record (`MultiGrainedHistory.epochs`) of one epoch's engine log."""
+    return {"epoch": epoch, "train_loss": logs["loss"], "losses": {name: logs[name] for name in names},
+            "dev_loss": logs.get("val_loss"), "dev_f1": logs.get("dev_f1"),
+            "lambdas": {name: logs[f"lambda_{name}"] for name in names}}
 
 
 def train_multigrained(student: tf.keras.Model, train_ds: tf.data.Dataset, dev_ds: Optional[tf.data.Dataset],
                        config: MultiGrainedConfig, pad_id: int, evaluate_fn: Optional[EvaluateFn] = None,
                        checkpoint: Optional[EpochCheckpoint] = None,
-                       distribution: Optional[tf.distribute.Strategy] = None) -> MultiGrainedHistory:
-    """Train a CRF student (`students/crf_student.py`) in place; returns the per-epoch history.
+                       distribution: Optional[tf.distribute.Strategy] = None,
+                       callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> MultiGrainedHistory:
+    """Train a CRF student (`students/crf_student.py`) in place on the engine (`MultiGrainedStep`
+    fitted by `Engine.fit`); returns the per-epoch history.
 
     train_ds: per-example dicts (see the module docstring), shuffled and batched here, each epoch
-    in the order `resume.epoch_seed(config.seed, epoch)` gives.
+    in the order its engine seed (`resume.epoch_seed(config.seed, epoch)`, 0-based) gives.
     dev_ds: per-example dicts with gold `label_ids` (None: select on `evaluate_fn` alone).
     pad_id: the TagVocab's [PAD] id (marks unlabeled windows). evaluate_fn(student) -> dev F1
     selects the epoch when given (e.g. `make_crf_dev_f1`); otherwise the dev NLL does.
-    checkpoint: saved after every epoch (student, lambdas, Adam, best weights, the history); a run
-    whose checkpoint dir holds one continues after its last epoch (engine/resume.py).
+    checkpoint: saved after every epoch (student, lambdas, Adam, best weights, the epochs' logs); a
+    run whose checkpoint dir holds one continues after its last epoch (engine/resume.py).
     distribution: a tf.distribute strategy the student was built under; batches are global.
+    callbacks: Keras callbacks of every epoch's fit.
     """
     if evaluate_fn is None and dev_ds is None:
         raise ConfigError("train_multigrained needs a dev set or an evaluate_fn to select the best epoch")
-    checkpoint = checkpoint or EpochCheckpoint(None)
     tf.keras.utils.set_random_seed(config.seed)
     _check_kbest(train_ds, config)
     keys = _needed_keys(config.losses, list(train_ds.element_spec))
-
-    def train_for(epoch: int):
-        seed = epoch_seed(config.seed, epoch)
-        reseed_epoch([student], seed)
-        batches = _stream(train_ds, keys, config, shuffle=True, seed=seed)
-        return batches if distribution is None else distribution.experimental_distribute_dataset(
-            shard_by_data(batches))
-
     dev = None if dev_ds is None else _stream(dev_ds, [*INPUT_KEYS, "label_ids"], config, shuffle=False)
     with scope_of(distribution):
-        weighting = loss_weighting(config.weighting, len(config.losses))
-        weighting.build(tf.TensorShape([len(config.losses)]))
-    spec = _relaxed(_stream(train_ds, keys, config, shuffle=False).element_spec)
-    steps = _Steps(student, weighting, config, pad_id, spec, distribution)
-    history = MultiGrainedHistory(config.losses)
+        step = MultiGrainedStep(student, config, pad_id)
+    engine = Engine(checkpoint, seed=config.seed, verbose=config.progress, callbacks=callbacks,
+                    distribution=distribution)
     scalars = ScalarLog(config.log_dir)
-    best_weights, stale = _snapshot(student, weighting), 0
-    best = WeightsSlot(best_weights[0] + best_weights[1]) if checkpoint.enabled else None
-    objects = {"student": student, "weighting": weighting, "optimizer": steps.optimizer, "best": best}
-    position = checkpoint.position()
-    if position:
-        checkpoint.restore(objects)
-        history = MultiGrainedHistory(config.losses, position["epochs"], position["best_epoch"], position["best_score"])
-        stale = position["stale"]
-        restored = best.numpy()
-        best_weights = restored[:len(best_weights[0])], restored[len(best_weights[0]):]
-    else:
-        history.best_score = _score(steps, dev, evaluate_fn)[2]
-    for epoch in range(len(history.epochs) + 1, config.epochs + 1):
-        if config.patience is not None and stale >= config.patience:
-            break
-        started = time.time()
-        train_loss, means = _run_epoch(steps, train_for(epoch), config.losses, epoch)
-        check_finite_loss(train_loss, "student", epoch)
-        dev_loss, dev_f1, score = _score(steps, dev, evaluate_fn)
-        record = {"epoch": epoch, "train_loss": train_loss, "losses": means, "dev_loss": dev_loss, "dev_f1": dev_f1,
-                  "lambdas": dict(zip(config.losses, map(float, weighting.lambdas.numpy())))}
-        history.epochs.append(record)
-        scalars.write(epoch, {"train_loss": train_loss, "dev_loss": dev_loss, "dev_f1": dev_f1,
-                              "learning_rate": current_learning_rate(steps.optimizer),
-                              **{f"loss/{k}": v for k, v in means.items()},
+
+    def after_epoch(epoch: int, logs: Dict[str, float]) -> None:
+        record = _record(config.losses, epoch, logs)
+        scalars.write(epoch, {"train_loss": record["train_loss"], "dev_loss": record["dev_loss"],
+                              "dev_f1": record["dev_f1"], "learning_rate": current_learning_rate(step.groups[0][0]),
+                              **{f"loss/{k}": v for k, v in record["losses"].items()},
                               **{f"lambda/{k}": v for k, v in record["lambdas"].items()}})
-        log.info(epoch_line("student", epoch, config.epochs, time.time() - started, loss=train_loss, dev_loss=dev_loss,
-                            dev_f1=dev_f1))
-        log.debug("multi-grained epoch %d: losses %s, lambdas %s", epoch, means, record["lambdas"])
-        if score > history.best_score:
-            history.best_score, history.best_epoch, stale = score, epoch, 0
-            best_weights = _snapshot(student, weighting)
-        else:
-            stale += 1
-        if checkpoint.enabled:
-            best.assign(best_weights[0] + best_weights[1])
-            checkpoint.save(objects, {"epochs": history.epochs, "best_epoch": history.best_epoch,
-                                      "best_score": history.best_score, "stale": stale})
-    student.set_weights(best_weights[0])
-    weighting.set_weights(best_weights[1])
-    return history
+        log.debug("multi-grained epoch %d: losses %s, lambdas %s", epoch, record["losses"], record["lambdas"])
 
-
-def _snapshot(student, weighting):
-    return student.get_weights(), weighting.get_weights()
-
-
-def _score(steps: _Steps, dev, evaluate_fn) -> Tuple[Optional[float], Optional[float], float]:
-    """(dev loss, dev F1, selection score: F1 when there is an evaluate_fn, else -dev loss)."""
-    dev_loss = _dev_loss(steps, dev)
-    dev_f1 = None if evaluate_fn is None else float(evaluate_fn(steps.student))
-    score = dev_f1 if dev_f1 is not None else -dev_loss
-    return dev_loss, dev_f1, score if math.isfinite(score) else -math.inf
+    tracker = engine.fit(step, step, lambda seed, _: _stream(train_ds, keys, config, shuffle=True, seed=seed), dev,
+                         config.epochs, objects=step.objects(), patience=config.patience,
+                         score=None if evaluate_fn is None else lambda: evaluate_fn(student), after_epoch=after_epoch)
+    return MultiGrainedHistory(config.losses, [_record(config.losses, epoch, logs)
+                                               for epoch, logs in enumerate(engine.epochs, start=1)],
+                               tracker.best_epoch or 0, -tracker.best)
 
 
 def crf_tags_fn(student: tf.keras.Model):

@@ -15,6 +15,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
 from xtremedistil_tf.students import StudentArch
 from xtremedistil_tf.training.staged import DistilConfig
+from xtremedistil_tf.workdir import WorkDir
 
 LANGS = ["en", "de"]
 SIZES = {"train": 60, "dev": 15, "test": 15}
@@ -172,7 +173,6 @@ def test_d0_trains_one_student_per_language_on_its_own_windows(ablation, tiny_to
     cfg, _, _ = ablation
     from xtremedistil_tf.data.alignment import TagVocab, encode
     from xtremedistil_tf.teachers.cache import read_sharded
-    from xtremedistil_tf.workdir import WorkDir
 
     work = WorkDir(cfg.work_dir)
     splits = pipeline.load_data(work)
@@ -200,7 +200,6 @@ def test_d0_scores_are_the_pipelines_scores_of_each_language_student(ablation):
     cfg, _, _ = ablation
     from xtremedistil_tf.data.alignment import TagVocab
     from xtremedistil_tf.training.student_run import evaluate_student, load_student
-    from xtremedistil_tf.workdir import WorkDir
 
     test = pipeline.load_data(WorkDir(cfg.work_dir))["test"]
     recorded = info(cfg, "ablate/D0")["scores"]["test"]["languages"]
@@ -234,7 +233,6 @@ def test_d0_scores_decode_as_the_pipeline_where_argmax_would_differ(ablation, tm
 
     from xtremedistil_tf.data.alignment import TagVocab
     from xtremedistil_tf.training import student_run
-    from xtremedistil_tf.workdir import WorkDir
 
     cfg, _, _ = ablation
     shutil.copytree(cfg.work_dir, tmp_path / "work")
@@ -289,6 +287,9 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
         "D0-de": run_cli(evaluate, f"--model={cfg.work_dir}/ablate/D0/student-de", *data, "--langs=de",
                          f"--output_json={tmp_path / 'D0-de.json'}"),
         "neither": run_cli(evaluate, f"--model={cfg.work_dir}/ablate", *data, "--langs=de"),
+        # Every finished student and the teacher with both word decoders.
+        "decoders": run_cli(str(REPO / "bin" / "benchmark"), "decoders", f"--work_dir={cfg.work_dir}"),
+        "decoders of no ablation": run_cli(str(REPO / "bin" / "benchmark"), "decoders", f"--work_dir={tmp_path}"),
         "bad strategy": run_cli(str(REPO / "bin" / "ablate"), f"--work_dir={tmp_path / 'w'}", "--strategies=D0,D5"),
         "bad seeds": run_cli(str(REPO / "bin" / "ablate"), f"--work_dir={tmp_path / 'w'}", "--seeds=1,-2"),
         "bad seeds of variants": run_cli(str(REPO / "bin" / "ablate"), f"--work_dir={tmp_path / 'w'}",
@@ -309,6 +310,26 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
             assert scores["f1_mean"] == pytest.approx(expected["f1_mean"], abs=1e-12)
             assert f"mean {scores['f1_mean']:.4f}" in out[name][1]
     assert json.load(open(tmp_path / "teacher.json"))["kind"] == "teacher"
+    # bin/benchmark decoders: its constrained column is Table 3's (the students' recorded scores, the
+    # decoded teacher), its argmax column the teacher step's and the students' argmax scores.
+    assert out["decoders"][0] == 0, out["decoders"][2][-2000:]
+    table, = parse_tables(out["decoders"][1])
+    assert table[0] == ["model", "constrained", "argmax"]
+    rows = {row[0]: row[1:] for row in table[1:]}
+    assert sorted(rows) == ["D1", "teacher"] and "skipped (per-language D0 students, CRF students): D0/student-de" in \
+        out["decoders"][1]
+    assert rows["teacher"] == [pct(info(cfg, "ablate/teacher-decoded")["scores"]["test"]["f1_mean"]),
+                               pct(info(cfg, "teacher")["scores"]["test"]["f1_mean"])]
+    from xtremedistil_tf.data.alignment import TagVocab
+    from xtremedistil_tf.training import student_run
+
+    d1, meta, tokenizer = student_run.load_student(os.path.join(cfg.work_dir, "ablate", "D1"))
+    test = pipeline.load_data(WorkDir(cfg.work_dir))["test"]
+    argmax = student_run.evaluate_student(d1, tokenizer, TagVocab(meta.labels), meta.max_seq_length, test,
+                                          cfg.data.scheme, decode_as="argmax")["f1_mean"]
+    assert rows["D1"] == [pct(info(cfg, "ablate/D1")["scores"]["test"]["f1_mean"]), pct(argmax)]
+    code, _, err = out["decoders of no ablation"]
+    assert code == 2 and "expected a bin/ablate work dir" in err.strip().splitlines()[-1], err[-2000:]
     for name, message in (("neither", "holds neither teacher.json"), ("bad strategy", "unknown strategy 'D5'"),
                           ("bad seeds", "--seeds: '-2' is not a non-negative integer"),
                           ("bad seeds of variants", "--seeds names ['1'] more than once")):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List
 
 from xtremedistil_tf.benchmarks import crf as crf_benchmarks
+from xtremedistil_tf.benchmarks import decoders as decoders_benchmarks
 from xtremedistil_tf.benchmarks import formats as formats_benchmarks
 from xtremedistil_tf.benchmarks import latency as latency_benchmarks
 from xtremedistil_tf.benchmarks import memory as memory_benchmarks
@@ -16,6 +17,7 @@ from xtremedistil_tf.benchmarks import teacher as teacher_benchmarks
 
 BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
     "crf": crf_benchmarks.run,
+    "decoders": decoders_benchmarks.run,
     "formats": formats_benchmarks.run,
     "latency": latency_benchmarks.run,
     "memory": memory_benchmarks.run,

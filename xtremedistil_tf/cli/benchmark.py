@@ -1,6 +1,7 @@
 """bin/benchmark: timing benchmarks, one subcommand each.
 
     bin/benchmark crf [--repeats=50]
+    bin/benchmark decoders --work_dir=runs/ablate   (a bin/ablate run's teacher and students, constrained and argmax F1)
     bin/benchmark formats --work_dir=runs/wikiann [--repeats=3 --formats_queries=256 --formats_lengths=64]
                           (size, parameters, F1, latency, peak RSS per export format and quantization)
     bin/benchmark latency [--teacher_config=mbert-base --students=50x200,100x400 --queries=1000]

@@ -321,6 +321,21 @@ def test_config_and_data_errors(data):
                            VOCAB.pad_id)
 
 
+def test_a_checkpoint_of_the_loop_before_the_engine_is_refused_in_one_line(data, tmp_path):
+    """The pre-engine loop saved {epochs, best_epoch, best_score, stale}; the engine cannot continue it
+    (it would retrain from epoch 0 and then fail on the old history), so it says what to do instead."""
+    from xtremedistil_tf.engine.resume import EpochCheckpoint
+
+    student = _student(100, 0)
+    old = EpochCheckpoint(tmp_path / "checkpoint")
+    old.save({"student": student}, {"epochs": [{"epoch": 1, "train_loss": 1.0}], "best_epoch": 1, "best_score": 0.5,
+                                    "stale": 0})
+    labeled_only = windows_dataset(data["dev_windows"])
+    with pytest.raises(ConfigError, match="from before it ran on the engine.*delete that dir"):
+        train_multigrained(student, labeled_only, labeled_only, MultiGrainedConfig(("hard",)), VOCAB.pad_id,
+                           checkpoint=EpochCheckpoint(tmp_path / "checkpoint"))
+
+
 def test_saved_student_reloads_with_identical_viterbi(teacher, data, runs, tmp_path):
     from xtremedistil_tf.training.student_run import load_student, save_student
 

@@ -267,6 +267,9 @@ def train_multigrained(student: tf.keras.Model, train_ds: tf.data.Dataset, dev_d
     """
     if evaluate_fn is None and dev_ds is None:
         raise ConfigError("train_multigrained needs a dev set or an evaluate_fn to select the best epoch")
+    if checkpoint is not None and "best_score" in (checkpoint.position() or {}):
+        raise ConfigError(f"{checkpoint.directory} holds a checkpoint of the multi-grained loop from before it ran on "
+                          "the engine, which cannot be resumed; delete that dir to train this student again")
     tf.keras.utils.set_random_seed(config.seed)
     _check_kbest(train_ds, config)
     keys = _needed_keys(config.losses, list(train_ds.element_spec))

@@ -310,6 +310,8 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
             assert scores["f1_mean"] == pytest.approx(expected["f1_mean"], abs=1e-12)
             assert f"mean {scores['f1_mean']:.4f}" in out[name][1]
     assert json.load(open(tmp_path / "teacher.json"))["kind"] == "teacher"
+    assert "decode" not in json.load(open(tmp_path / "teacher.json"))
+    assert json.load(open(tmp_path / "teacher-decoded.json"))["decode"] == "constrained"
     # bin/benchmark decoders: its constrained column is Table 3's (the students' recorded scores, the
     # decoded teacher), its argmax column the teacher step's and the students' argmax scores.
     assert out["decoders"][0] == 0, out["decoders"][2][-2000:]

@@ -126,7 +126,9 @@ def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Opti
         raise ConfigError(f"--strategies are XtremeDistil's; --method={cfg.student.method} compares --variants "
                           "(ablate_multigrained.run_variants)")
     work, fingerprint = upstream_steps(cfg)
-    step_teacher_decoded(work, cfg, fingerprint)
+    if cfg.data.task != pipeline.CLASSIFICATION and cfg.teacher.head == "softmax":
+        # Word decoding is for taggers; a CRF teacher's own Viterbi already is the constrained decoding.
+        step_teacher_decoded(work, cfg, fingerprint)
     languages = train_languages(work)
     for seed, student in seeded_students(cfg.student, seeds):
         for name in strategies:

@@ -39,7 +39,9 @@ def run(repeats: int) -> List[str]:
     sentences, scheme = splits[split], work.stored("data")["fingerprint"]["data"]["scheme"]
     rows, skipped = [], []
     teacher, tokenizer = load_teacher(work.path("teacher") / "model")
-    rows.append(["teacher", *(_pct(_summary_f1(evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=d)))
+    # A CRF teacher decodes with its Viterbi only (the constrained column); it has no argmax.
+    rows.append(["teacher", *(_pct(None if d == "argmax" and hasattr(teacher, "crf") else
+                                   _summary_f1(evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=d)))
                               for d in DECODES)])
     for meta_file in sorted((root / ABLATE_DIR).rglob("student.json")):
         name = str(meta_file.parent.relative_to(root / ABLATE_DIR))

@@ -138,7 +138,8 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
                 raise ConfigError(f"--decode={decode}: {path} classifies sentences; --decode is for taggers")
             scores = evaluate_sequence_teacher(teacher, tokenizer, sentences)
         else:
-            scores = evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=decode)
+            scores = {**({"decode": decode} if decode else {}),
+                      **evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=decode)}
     else:
         scores = _evaluate_student(path, sentences, scheme, decode or DEFAULT_DECODE)
     return {"model": str(path), "kind": kind, "scheme": scheme, **scores}

@@ -189,7 +189,8 @@ def train(trainer: DualTrainer, corpus: Sequence[DualSentence], student_spec: Sp
     """cfg.steps optimisation steps on the engine, an engine epoch per `log_every` steps. An engine
     epoch is not a pass over `corpus`: its batches (and masks) are the start of a stream of its own,
     `batches(..., seed=epoch_seed(cfg.seed, epoch))`, `corpus` freshly shuffled, so sentences are
-    drawn without repeats within an epoch but independently across epochs. Returns each epoch's mean
+    drawn without repeats within an epoch (when `corpus` holds at least an epoch's sentences) but
+    independently across epochs. Returns each epoch's mean
     loss terms with the step reached and the elapsed seconds. `checkpoint`: saved after every
     epoch, resumed from by a rerun; `distribution`: the strategy the models and `trainer` were
     built under (batches are global); `callbacks`: Keras callbacks of every epoch's fit."""

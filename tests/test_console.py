@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO, toy_ner_sentences
 from test_pipeline import write_conll
-from xtremedistil_tf.console import duration, epoch_line
+from xtremedistil_tf.console import _forward, duration, epoch_line
 
 ENV = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "HF_HUB_OFFLINE": "1"}
 ENV.pop("TF_CPP_MIN_LOG_LEVEL", None)  # what a user's shell has: nothing set
@@ -109,3 +109,43 @@ def test_quiet_import_leaves_devices_configurable_and_says_the_float16_notice_ea
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "2"
     assert "DT_HALF" not in result.stderr and "oneDNN" not in result.stderr, result.stderr[-2000:]
+
+
+def test_stderr_filter_drops_library_log_lines_and_keeps_everything_else():
+    """After the import, TensorFlow's C++ lines of noise (oneDNN's per-graph "supports DT_BOOL only on
+    platforms with AVX-512", an E line) are dropped from a command's stderr; errors, blank lines, a line
+    that only mentions CUDA, and a progress bar's text before a C++ line stay, in order."""
+    onednn = (b"2026-11-26 11:20:33.123456: E tensorflow/core/util/util.cc:131] oneDNN supports DT_BOOL only on "
+              b"platforms with AVX-512. Falling back to the default Eigen-based implementation if present.\n")
+    absl = b"I0000 00:00:1764151233.123456  4242 cuda_executor.cc:1] could not open cuda drivers\n"
+    real_error = b"2026-11-26 11:20:34.000001: E tensorflow/core/framework/op_kernel.cc:1] OOM when allocating\n"
+    chunks = [b"error: --data_dir: CUDA_data does not exist\n", onednn, b"\n", b"\r[student] 25%|##  | 1/4",
+              onednn[:-1] + b"\n" + absl, real_error, b"\r[student] 50%"]
+    source_read, source_write = os.pipe()
+    target_read, target_write = os.pipe()
+    for chunk in chunks:
+        os.write(source_write, chunk)
+    os.close(source_write)
+    _forward(source_read, target_write)
+    os.close(source_read)
+    os.close(target_write)
+    with os.fdopen(target_read, "rb") as shown:
+        assert shown.read() == (b"error: --data_dir: CUDA_data does not exist\n\n\r[student] 25%|##  | 1/4" + real_error
+                                + b"\r[student] 50%")
+
+
+def test_a_command_filters_its_stderr_until_exit():
+    """Through console.setup: a oneDNN line written to fd 2 after setup is gone, the lines around it
+    (the last one written just before exit, unflushed by the filter thread yet) are shown."""
+    code = ("import os, sys, xtremedistil_tf\n"
+            "from xtremedistil_tf import console\n"
+            "console.setup(False)\n"
+            "print('before', file=sys.stderr, flush=True)\n"
+            "os.write(2, b'2026-11-26 11:20:33.123456: E tensorflow/core/util/util.cc:131] oneDNN supports DT_BOOL\\n')\n"
+            "print('after', file=sys.stderr)\n"
+            "sys.exit(3)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=ENV,
+                            timeout=300)
+    assert result.returncode == 3
+    assert result.stderr.splitlines()[-2:] == ["before", "after"], result.stderr[-2000:]
+    assert "oneDNN" not in result.stderr

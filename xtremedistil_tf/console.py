@@ -5,19 +5,28 @@ and transformers' notices hidden unless --verbose (everything still goes to <wor
 
 `setup(verbose)` is called once by every command (cli.common.run_main). The C++ lines TensorFlow
 prints while it loads (CUDA probing on a CPU machine, oneDNN notices) are caught earlier, in
-`_env`, before TensorFlow is imported.
+`_env`, before TensorFlow is imported; those it prints later, at every graph it optimises (oneDNN's
+"supports DT_BOOL only on platforms with AVX-512", an ERROR-level line that TF_CPP_MIN_LOG_LEVEL=2
+lets through, on CPUs where oneDNN is on by default), are dropped by `filter_stderr`.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
+import sys
+import threading
 import warnings
 
 # Lines TensorFlow's C++ side prints while it loads and probes devices; anything else is shown.
 IMPORT_NOISE = re.compile(r"cuda|cudart|cuInit|cuDNN|cuFFT|cuBLAS|TensorRT|TF-TRT|oneDNN|absl::InitializeLog|"
                           r"computation_placer|rebuild TensorFlow with the appropriate compiler flags|"
                           r"This TensorFlow binary is optimized|^\s*$", re.IGNORECASE)
+# Where a C++ log line of TensorFlow ("2026-11-26 11:20:33.123456: E tensorflow/...") or of absl
+# ("I0000 00:00:1764151233.123456 ...") starts: after the import, only such lines are dropped, and only
+# when they are IMPORT_NOISE. It may follow a progress bar's text on the same line (no newline before it).
+CPP_LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ ")
 PROJECT = "xtremedistil_tf"
 
 
@@ -60,6 +69,62 @@ class _Plain(logging.Formatter):
         return message
 
 
+def _without_noise(line: bytes) -> bytes:
+    """The line less a C++ log line of library noise in it (what came before it, a progress bar's
+    text, stays); b"" when nothing is left."""
+    text = line.decode("utf-8", "replace")
+    start = CPP_LOG_LINE.search(text)
+    if start is None or not IMPORT_NOISE.search(text[start.start():]):
+        return line + b"\n"
+    return text[:start.start()].encode("utf-8")
+
+
+def _forward(source: int, target: int) -> None:
+    """Copy what comes through `source` to `target` until EOF, less complete lines of library
+    noise (`_without_noise`). A partial line (a progress bar redrawn with \\r) goes on at once: C++ log
+    lines arrive whole, one write each."""
+    while True:
+        chunk = os.read(source, 1 << 16)
+        if not chunk:
+            return
+        *lines, partial = chunk.split(b"\n")
+        data = b"".join(_without_noise(line) for line in lines) + partial
+        while data:
+            try:
+                data = data[os.write(target, data):]
+            except OSError:  # the real stderr is gone: nothing left to show it on
+                return
+
+
+_filtering: list = []
+
+
+def filter_stderr() -> None:
+    """Send this process's fd 2 through a pipe whose reader drops library noise lines (`_forward`) and
+    shows the rest on the real stderr; at exit fd 2 is restored and what is in flight is shown. For
+    commands only (`setup`): a library import leaves a notebook's stderr alone."""
+    if _filtering:
+        return
+    sys.stderr.flush()
+    real = os.dup(2)
+    read, write = os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+    thread = threading.Thread(target=_forward, args=(read, real), name="stderr-filter", daemon=True)
+    thread.start()
+    _filtering.append(thread)
+
+    def restore() -> None:
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(real, 2)    # closes the pipe's last write end (children may hold copies: bounded wait)
+        thread.join(timeout=5)
+
+    atexit.register(restore)
+
+
 def setup(verbose: bool) -> None:
     """Console logging for a command: plain lines; other libraries quiet unless `verbose`."""
     from absl import logging as absl_logging
@@ -75,6 +140,7 @@ def setup(verbose: bool) -> None:
     handler = absl_logging.get_absl_handler()
     if verbose:
         return  # absl's own format: timestamps, threads and files, for debugging
+    filter_stderr()
     handler.setFormatter(_Plain())
     if not any(isinstance(f, _ProjectOnly) for f in handler.filters):
         handler.addFilter(_ProjectOnly())

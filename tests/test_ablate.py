@@ -158,6 +158,14 @@ def test_table4_lists_every_unfreeze_step_with_its_dev_f1(ablation):
     assert report.index("de student:") < report.index("en student:") < report.index("### D1")
 
 
+def test_table3_of_sentences_without_languages_gives_f1_and_share_only():
+    """CoNLL-like data: scores have no languages and no f1_mean; Table 3 shows `all` and `% of teacher`."""
+    rows = parse_tables("\n".join(ablate.table3({"test": {"all": {"f1": 0.8}}},
+                                                 {"D1": [{"scores": {"test": {"all": {"f1": 0.6}}}}]})))[0]
+    assert rows[0] == ["model", "strategy", "all", "% of teacher"]
+    assert [row[2:] for row in rows[1:]] == [["80.00", "100.0%"], ["60.00", "75.0%"]]
+
+
 def test_table4_of_a_representation_stage_has_no_f1():
     step = {"stage": 1, "stage_name": "representation", "unfrozen": ["projection", "bilstm"], "best_epoch": 0,
             "initial_val_loss": 0.5, "best_val_loss": 0.5, "dev_f1": None}

@@ -323,7 +323,7 @@ def table3(teacher_scores: Dict[str, dict], results: Dict[str, List[dict]],
         def cell(value):
             return _over_seeds([value(scores) for scores in runs])
         per = [cell(lambda s, lang=lang: s["languages"][lang]["f1"]) for lang in languages]
-        across = [cell(lambda s: s["f1_mean"]), cell(lambda s: s["f1_std"])][:len(spread)]
+        across = [cell(lambda s, key=key: s[key]) for key in ("f1_mean", "f1_std")[:len(spread)]]
         share = f"{np.mean([_summary_f1(scores) for scores in runs]) / reference:.1%}" if reference else "–"
         return [model, description, *per, *across, cell(lambda s: s["all"]["f1"]), share]
 

@@ -127,10 +127,12 @@ def test_table3_matches_the_scores_in_the_step_dirs(ablation):
     cfg, _, report = ablation
     table = parse_tables(report)[0]
     assert table[0] == ["model", "strategy", "de", "en", "mean", "std", "all", "% of teacher"]
-    # The teacher decoded as the students are (constrained) is the 100%; its own argmax scores a row.
+    # The teacher step's scores decoded as the students are (constrained) are the 100%; its argmax scores a row.
     assert [row[0] for row in table[1:]] == ["teacher", "teacher (argmax)", "D0", "D1"]
-    teacher = info(cfg, "ablate/teacher-decoded")["scores"]["test"]
-    own = info(cfg, "teacher")["scores"]["test"]
+    teacher = info(cfg, "teacher")["scores"]["test"]
+    own = info(cfg, "teacher")["argmax_scores"]["test"]
+    assert teacher["decode"] == "constrained" and not os.path.exists(os.path.join(cfg.work_dir, "ablate",
+                                                                                  "teacher-decoded"))
     teacher_mean = np.mean([teacher["languages"][lang]["f1"] for lang in ("de", "en")])
     for row in table[1:]:
         scores = {"teacher": teacher, "teacher (argmax)": own}.get(row[0]) or info(cfg, f"ablate/{row[0]}")["scores"][
@@ -140,6 +142,27 @@ def test_table3_matches_the_scores_in_the_step_dirs(ablation):
         assert row[2:7] == [pct(f1[0]), pct(f1[1]), pct(np.mean(f1)), pct(np.std(f1)), pct(scores["all"]["f1"])]
         assert row[7] == f"{np.mean(f1) / teacher_mean:.1%}"
     assert table[1][7] == "100.0%" and teacher["all"]["f1"] > 0.5
+
+
+def test_table3_reads_the_teachers_decoded_and_argmax_scores_from_the_teacher_step(tmp_path):
+    """Table 3's 100% is the teacher step's `scores` (decoded as the students), its `teacher (argmax)` row
+    the step's `argmax_scores`; a teacher step without them (a CRF teacher) gives one teacher row."""
+    def scores(f1, **extra):
+        return {"test": {"all": {"f1": f1}, **extra}}
+
+    work = WorkDir(tmp_path)
+    teacher = {"scores": scores(0.8, decode="constrained"), "argmax_scores": scores(0.7), "parameters": 1}
+    work.mark_done("teacher", {"teacher": 1}, teacher)
+    work.mark_done("ablate/D1", {"student": 1}, {"scores": scores(0.6)})
+    table = parse_tables(ablate.table3_markdown(tmp_path, ["D1"]))[0]
+    assert table[1:] == [
+        ["teacher", "fine-tuned teacher, decoded as the students (constrained word decoding)", "80.00", "100.0%"],
+        ["teacher (argmax)", "the same teacher, its own decoding (argmax at each word's first piece)", "70.00",
+         "87.5%"],
+        ["D1", table[3][1], "60.00", "75.0%"]]
+    del teacher["argmax_scores"]
+    work.mark_done("teacher", {"teacher": 1}, teacher)
+    assert [row[0] for row in parse_tables(ablate.table3_markdown(tmp_path, ["D1"]))[0][1:]] == ["teacher", "D1"]
 
 
 @END_TO_END
@@ -156,6 +179,14 @@ def test_table4_lists_every_unfreeze_step_with_its_dev_f1(ablation):
             [[str(s["stage"]), str(s["best_epoch"]), pct(s["dev_f1"])] for s in history["steps"]]
     assert tables[2][1][:3] == ["1", "labels+logits", "softmax + logits + projection + bilstm + word_embedding"]
     assert report.index("de student:") < report.index("en student:") < report.index("### D1")
+
+
+def test_table3_of_sentences_without_languages_gives_f1_and_share_only():
+    """CoNLL-like data: scores have no languages and no f1_mean; Table 3 shows `all` and `% of teacher`."""
+    rows = parse_tables("\n".join(ablate.table3({"test": {"all": {"f1": 0.8}}},
+                                                 {"D1": [{"scores": {"test": {"all": {"f1": 0.6}}}}]})))[0]
+    assert rows[0] == ["model", "strategy", "all", "% of teacher"]
+    assert [row[2:] for row in rows[1:]] == [["80.00", "100.0%"], ["60.00", "75.0%"]]
 
 
 def test_table4_of_a_representation_stage_has_no_f1():
@@ -300,8 +331,9 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
         assert out[name][0] == 0, out[name][2][-2000:]
         scores = json.load(open(tmp_path / f"{name}.json"))
         assert f"F1 {scores['all']['f1']:.4f}" in out[name][1]
-        expected = info(cfg, {"teacher": "teacher", "teacher-decoded": "ablate/teacher-decoded", "D1": "ablate/D1",
-                              "D0-de": "ablate/D0"}[name])["scores"]["test"]
+        # bin/evaluate scores a teacher its own way (argmax) unless given --decode.
+        expected = {"teacher": info(cfg, "teacher")["argmax_scores"], "teacher-decoded": info(cfg, "teacher")["scores"],
+                    "D1": info(cfg, "ablate/D1")["scores"], "D0-de": info(cfg, "ablate/D0")["scores"]}[name]["test"]
         if name == "D0-de":
             assert scores["all"]["f1"] == pytest.approx(expected["languages"]["de"]["f1"], abs=1e-12)
             assert scores["all"]["sentences"] == SIZES["test"]
@@ -313,15 +345,15 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
     assert "decode" not in json.load(open(tmp_path / "teacher.json"))
     assert json.load(open(tmp_path / "teacher-decoded.json"))["decode"] == "constrained"
     # bin/benchmark decoders: its constrained column is Table 3's (the students' recorded scores, the
-    # decoded teacher), its argmax column the teacher step's and the students' argmax scores.
+    # teacher step's), its argmax column the teacher step's argmax scores and the students' argmax scores.
     assert out["decoders"][0] == 0, out["decoders"][2][-2000:]
     table, = parse_tables(out["decoders"][1])
     assert table[0] == ["model", "constrained", "argmax"]
     rows = {row[0]: row[1:] for row in table[1:]}
     assert sorted(rows) == ["D1", "teacher"] and "skipped (per-language D0 students, CRF students): D0/student-de" in \
         out["decoders"][1]
-    assert rows["teacher"] == [pct(info(cfg, "ablate/teacher-decoded")["scores"]["test"]["f1_mean"]),
-                               pct(info(cfg, "teacher")["scores"]["test"]["f1_mean"])]
+    assert rows["teacher"] == [pct(info(cfg, "teacher")["scores"]["test"]["f1_mean"]),
+                               pct(info(cfg, "teacher")["argmax_scores"]["test"]["f1_mean"])]
     from xtremedistil_tf.data.alignment import TagVocab
     from xtremedistil_tf.training import student_run
 

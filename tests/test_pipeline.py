@@ -81,6 +81,94 @@ def test_pipeline_writes_every_artifact(finished_run):
     assert metrics["transfer"]["train_windows"] == 160 and metrics["transfer"]["dev"]["windows"] == 40
 
 
+@pytest.fixture(scope="module")
+def teacher_only_run(tmp_path_factory, toy_corpus, tiny_bert_dir):
+    """A teacher-only run of the toy config with --teacher_epochs=0 (the step's scoring is its only
+    forward pass), counting the windows of each pass (finetune.predict_by_length) of the run."""
+    from xtremedistil_tf.data.alignment import predict_by_length
+    from xtremedistil_tf.teachers import finetune
+
+    cfg = toy_config(tmp_path_factory.mktemp("work"), toy_corpus, tiny_bert_dir)
+    cfg.student, cfg.teacher.finetune.epochs = None, 0
+    passes = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(finetune, "predict_by_length",
+                      lambda windows, fn, *args: passes.append(len(windows)) or predict_by_length(windows, fn, *args))
+        metrics = pipeline.run(cfg)
+    return cfg, metrics, passes
+
+
+def test_teacher_step_scores_decoded_as_the_students_and_argmax_from_one_pass(teacher_only_run):
+    """The teacher step's `scores` are evaluate_teacher's decoded as the students (constrained, marked so),
+    its `argmax_scores` evaluate_teacher's own decoding, from one pass per split; metrics.json and the
+    console summary read them."""
+    from xtremedistil_tf.data.alignment import encode
+    from xtremedistil_tf.teachers.finetune import evaluate_teacher
+    from xtremedistil_tf.teachers.saved import load_teacher
+
+    cfg, metrics, passes = teacher_only_run
+    work = pipeline.WorkDir(cfg.work_dir)
+    info, splits = work.step_info("teacher"), pipeline.load_data(work)
+    teacher, tokenizer = load_teacher(work.path("teacher") / "model")
+    assert passes == [len(encode(splits[split], tokenizer, teacher.tag_vocab, 16)) for split in ("dev", "test")]
+    for split in ("dev", "test"):
+        assert info["scores"][split] == {"decode": "constrained", **evaluate_teacher(
+            teacher, tokenizer, splits[split], "IOB2", decode="constrained")}
+        assert info["argmax_scores"][split] == evaluate_teacher(teacher, tokenizer, splits[split], "IOB2")
+    # The fresh head's argmax breaks IOB2, which the constrained decoder repairs: the two differ.
+    assert info["scores"]["test"]["all"]["f1"] != info["argmax_scores"]["test"]["all"]["f1"]
+    assert metrics["teacher"]["scores"] == info["scores"]
+    assert metrics["teacher"]["argmax_scores"] == info["argmax_scores"]
+    summary = dict(line.split("  ", 1) for line in pipeline.summary_table(cfg.work_dir, metrics).splitlines())
+    assert summary["teacher test F1 / P / R"].strip().startswith(f"{info['scores']['test']['all']['f1']:.4f} / ")
+    assert summary["teacher (argmax) test F1 / P / R"].strip().startswith(
+        f"{info['argmax_scores']['test']['all']['f1']:.4f} / ")
+
+
+def test_a_teacher_step_of_an_older_version_gets_its_decoded_scores_once(teacher_only_run, tmp_path):
+    """A work dir whose teacher step recorded only argmax `scores` (no "decode"): the next run scores the
+    saved teacher decoded as the students and adds that to its step.json, the recorded scores kept as
+    `argmax_scores`; the teacher and its fingerprint stay; the run after that does nothing again."""
+    import shutil
+
+    from xtremedistil_tf.workdir import STEP_FILE
+
+    cfg, _, _ = teacher_only_run
+    shutil.copytree(cfg.work_dir, tmp_path / "work")
+    cfg = pipeline.RunConfig(**{**cfg.__dict__, "work_dir": str(tmp_path / "work")})
+    step_file = tmp_path / "work" / "teacher" / STEP_FILE
+    now = json.loads(step_file.read_text())
+    recorded = {split: {**s, "recorded": "then"} for split, s in now["info"].pop("argmax_scores").items()}
+    old = {**now, "info": {**now["info"], "scores": recorded}}
+    step_file.write_text(json.dumps(old))
+    model = {p: p.stat().st_mtime_ns for p in (tmp_path / "work" / "teacher" / "model").iterdir()}
+    metrics = pipeline.run(cfg)
+    upgraded = json.loads(step_file.read_text())
+    assert upgraded == {**old, "info": {**old["info"], "scores": now["info"]["scores"], "argmax_scores": recorded}}
+    assert metrics["teacher"]["scores"] == now["info"]["scores"] and metrics["teacher"]["argmax_scores"] == recorded
+    assert {p: p.stat().st_mtime_ns for p in model} == model
+    stamp = step_file.stat().st_mtime_ns
+    pipeline.run(cfg)
+    assert step_file.stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("head, data_format", [("crf", "conll"), ("softmax", "label_tsv")])
+def test_an_older_crf_or_sentence_teacher_step_is_not_scored_again(tmp_path, head, data_format):
+    """A CRF teacher's recorded scores are its Viterbi already: they only get their "decode"; a sentence
+    teacher's are unchanged. Neither loads the teacher (there is none here)."""
+    from xtremedistil_tf.workdir import WorkDir
+
+    work = WorkDir(tmp_path)
+    scores = {"dev": {"all": {"f1": 0.5}}, "test": {"all": {"f1": 0.25}}}
+    work.mark_done("teacher", {"teacher": head}, {"scores": scores, "parameters": 7})
+    cfg = pipeline.RunConfig(work_dir=str(tmp_path), data=DataConfig(format=data_format),
+                             teacher=pipeline.TeacherConfig(head=head))
+    pipeline._add_decoded_scores(work, cfg)
+    decoded = {split: {"decode": "constrained", **s} for split, s in scores.items()} if head == "crf" else scores
+    assert work.stored("teacher")["info"] == {"scores": decoded, "parameters": 7}
+    assert work.stored("teacher")["fingerprint"] == {"teacher": head}
+
+
 def test_student_is_distilled_saved_and_reloads(finished_run):
     cfg, metrics = finished_run
     # A tiny D4.2 student of the toy task is well above chance and close to its teacher.

@@ -19,6 +19,11 @@ def _scores(f1s):
             "languages": languages, "f1_mean": mean, "f1_std": 0.0125}
 
 
+def decoded(scores):
+    """A teacher's scores as the teacher step records them: decoded as the students, marked so."""
+    return {split: {"decode": "constrained", **s} for split, s in scores.items()}
+
+
 def _latency_entry(name, parameters, compression, s1, s32):
     return {"name": name, "parameters": parameters, "size_bytes": 2**20 * 3, "compression": compression,
             "speedup_batch1": s1, "speedup_batch32": s32,
@@ -28,7 +33,8 @@ def _latency_entry(name, parameters, compression, s1, s32):
 @pytest.fixture
 def work_dir(tmp_path):
     metrics = {
-        "teacher": {"scores": {"dev": _scores({"en": 0.91, "de": 0.87}), "test": _scores({"en": 0.9, "de": 0.86})},
+        "teacher": {"scores": decoded({"dev": _scores({"en": 0.91, "de": 0.87}),
+                                       "test": _scores({"en": 0.9, "de": 0.86})}),
                     "parameters": 177_000_000},
         "student": {"scores": {"dev": _scores({"en": 0.85, "de": 0.81}), "test": _scores({"en": 0.8421, "de": 0.8})},
                     "parameters": 6_500_000},
@@ -79,7 +85,8 @@ def test_report_plots_the_work_dirs_f1_against_speedup(tmp_path):
     """bin/benchmark latency --work_dir measured the run's own student (one configuration): report.md
     plots its F1 against its speedup beside the teacher's, and lists the numbers."""
     scores = lambda f1: {"test": {"all": {"f1": f1, "precision": f1, "recall": f1, "sentences": 9}}}
-    (tmp_path / "metrics.json").write_text(json.dumps({"teacher": {"scores": scores(0.9012), "parameters": 177_000_000},
+    (tmp_path / "metrics.json").write_text(json.dumps({"teacher": {"scores": decoded(scores(0.9012)),
+                                                                   "parameters": 177_000_000},
                                                        "student": {"scores": scores(0.8567), "parameters": 4_600_000}}))
     (tmp_path / "config.json").write_text(json.dumps({"student": {"embedding_dim": 50, "hidden": 200}}))
     latency = {"queries": 100, "seq_length": 32,
@@ -102,11 +109,47 @@ def test_report_plots_the_work_dirs_f1_against_speedup(tmp_path):
 
 def test_report_without_latency_or_languages(tmp_path):
     scores = {"test": {"all": {"f1": 0.5, "precision": 0.4, "recall": 0.6, "sentences": 3}}}
-    (tmp_path / "metrics.json").write_text(json.dumps({"teacher": {"scores": scores, "parameters": 10}}))
+    (tmp_path / "metrics.json").write_text(json.dumps({"teacher": {"scores": decoded(scores), "parameters": 10}}))
     text = write_report(tmp_path).read_text()
     assert "| teacher | test | 0.4000 | 0.6000 | 0.5000 |  |" in text
     assert "png" not in text and "Latency" not in text
     assert not list((tmp_path / "report_plots").iterdir())
+
+
+def test_report_lists_the_teachers_argmax_scores_beside_its_decoded_ones(work_dir):
+    metrics = json.loads((work_dir / "metrics.json").read_text())
+    metrics["teacher"]["argmax_scores"] = {"test": _scores({"en": 0.8, "de": 0.76})}
+    (work_dir / "metrics.json").write_text(json.dumps(metrics))
+    text = write_report(work_dir).read_text()
+    assert "| teacher | test | 0.8700 | 0.8900 | 0.8800 | 0.8800 ± 0.0125 |" in text
+    assert "| teacher (argmax) | test | 0.7700 | 0.7900 | 0.7800 | 0.7800 ± 0.0125 |" in text
+    assert "| teacher | 88.00 | 1.0x | 1.0x | 1.0x |" in text  # figure 1: the teacher decoded as the students
+    assert "only argmax scores" not in text
+
+
+def test_report_of_an_older_metrics_json_shows_its_teacher_as_argmax(work_dir, tmp_path):
+    """metrics.json of a run before the teacher step recorded decoded scores: its teacher's scores are
+    argmax, shown as `teacher (argmax)` only, with a hint (bin/report --summary too); a CRF teacher's
+    are its Viterbi, shown as they are."""
+    metrics = json.loads((work_dir / "metrics.json").read_text())
+    for s in metrics["teacher"]["scores"].values():
+        del s["decode"]
+    metrics["teacher"].update(train_seconds=1.0, best_epoch=1)
+    metrics["student"].update(train_seconds=2.0)
+    (work_dir / "metrics.json").write_text(json.dumps(metrics))
+    text = write_report(work_dir).read_text()
+    assert "| teacher (argmax) | test | 0.8700 | 0.8900 | 0.8800 | 0.8800 ± 0.0125 |" in text
+    assert "| teacher | dev |" not in text and "| teacher | test |" not in text  # not in the scores,
+    assert "| teacher test |" not in text and "| teacher | 88.00 |" not in text  # per language, nor at 1x in figure 1
+    assert "The teacher has only argmax scores here" in text and "rerun the same bin/train command" in text
+    out = subprocess.run([sys.executable, "bin/report", f"--work_dir={work_dir}", "--summary"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "teacher (argmax) test F1 / P / R" in out and "teacher test F1" not in out
+    assert "The teacher has only argmax scores here" in out
+    (work_dir / "config.json").write_text(json.dumps({"teacher": {"head": "crf"}, "student": {}}))
+    text = write_report(work_dir).read_text()
+    assert "| teacher | test | 0.8700 | 0.8900 | 0.8800 | 0.8800 ± 0.0125 |" in text
+    assert "argmax" not in text
 
 
 def test_bin_report(work_dir, tmp_path):
@@ -127,7 +170,7 @@ def test_report_types_and_training_curves(tmp_path):
                "LOC": {"precision": 0.7, "recall": 0.6, "f1": 0.646, "support": 7}}
     student = {"PER": {"precision": 0.8, "recall": 0.8, "f1": 0.8, "support": 12}}
     (tmp_path / "metrics.json").write_text(json.dumps({
-        "teacher": {"scores": scores(teacher, 0.75), "parameters": 100},
+        "teacher": {"scores": decoded(scores(teacher, 0.75)), "parameters": 100},
         "student": {"scores": scores(student, 0.7), "parameters": 10}}))
     for name, history in (("teacher", [{"epoch": 1, "train_loss": 0.5, "dev_f1": 0.6},
                                        {"epoch": 2, "train_loss": 0.3, "dev_f1": 0.7}]),
@@ -152,7 +195,7 @@ def test_report_types_and_training_curves(tmp_path):
 def test_bin_report_summary_says_how_to_serve(tmp_path):
     scores = {"test": {"all": {"f1": 0.5, "precision": 0.4, "recall": 0.6, "sentences": 3}}}
     (tmp_path / "metrics.json").write_text(json.dumps({"teacher": {
-        "scores": scores, "parameters": 10, "train_seconds": 12.0, "best_epoch": 2}}))
+        "scores": decoded(scores), "parameters": 10, "train_seconds": 12.0, "best_epoch": 2}}))
     (tmp_path / "export" / "ner" / "1").mkdir(parents=True)
     out = subprocess.run([sys.executable, "bin/report", f"--work_dir={tmp_path}", "--summary"],
                          capture_output=True, text=True, check=True).stdout

@@ -8,7 +8,7 @@ from xtremedistil_tf.teachers.finetune import (FinetuneConfig, evaluate_teacher,
                                                parameter_groups, predict_piece_tags)
 from xtremedistil_tf.teachers.model import build_teacher
 from xtremedistil_tf.teachers.saved import load_teacher
-from xtremedistil_tf.data.alignment import encode
+from xtremedistil_tf.data.alignment import encode, predict_by_length
 
 
 @pytest.fixture(scope="module")
@@ -94,12 +94,9 @@ def test_teacher_dir_errors(tmp_path):
         load_teacher(tmp_path / "empty")
 
 
-def test_teacher_decoded_as_the_students_gives_the_best_valid_sequence_over_word_labels(tiny_bert_dir):
-    """teacher_word_tags(decode=...): with every piece's logits I-PER > B-PER > O (and the [CLS]/[SEP]/X
-    marker columns far above all, which a first-piece teacher never learnt), the teacher's own argmax
-    tags every word I-PER; the students' constrained decoder gives B-PER then I-PER, the best
-    sequence IOB2 allows, over the word labels only; decode="argmax" reads the same columns."""
-    from xtremedistil_tf.teachers.finetune import teacher_word_tags
+def i_per_teacher(tiny_bert_dir):
+    """(teacher, tokenizer, sentences, their windows): every piece's logits I-PER > B-PER > O, and the
+    [CLS]/[SEP]/X marker columns far above all (a first-piece teacher never learnt them)."""
     from xtremedistil_tf.data.sentence import Sentence
 
     teacher, tokenizer = build_teacher(str(tiny_bert_dir), TOY_LABELS, max_seq_length=16, random_init=True)
@@ -109,7 +106,16 @@ def test_teacher_decoded_as_the_students_gives_the_best_valid_sequence_over_word
     bias[len(TOY_LABELS):] = 100.0
     teacher.classifier.set_weights([np.zeros_like(kernel), bias])
     sentences = [Sentence(["john", "paul", "smith"], ["B-PER", "I-PER", "I-PER"]), Sentence(["paris"], ["B-LOC"])]
-    windows = encode(sentences, tokenizer, teacher.tag_vocab, 16)
+    return teacher, tokenizer, sentences, encode(sentences, tokenizer, teacher.tag_vocab, 16)
+
+
+def test_teacher_decoded_as_the_students_gives_the_best_valid_sequence_over_word_labels(tiny_bert_dir):
+    """teacher_word_tags(decode=...): the teacher's own argmax tags every word I-PER; the students'
+    constrained decoder gives B-PER then I-PER, the best sequence IOB2 allows, over the word labels
+    only; decode="argmax" reads the same columns."""
+    from xtremedistil_tf.teachers.finetune import teacher_word_tags
+
+    teacher, tokenizer, sentences, windows = i_per_teacher(tiny_bert_dir)
     assert teacher_word_tags(teacher, windows, "IOB2") == [["I-PER"] * 3, ["I-PER"]]
     assert teacher_word_tags(teacher, windows, "IOB2", "argmax") == [["I-PER"] * 3, ["I-PER"]]
     assert teacher_word_tags(teacher, windows, "IOB2", "constrained") == [["B-PER", "I-PER", "I-PER"], ["B-PER"]]
@@ -117,6 +123,25 @@ def test_teacher_decoded_as_the_students_gives_the_best_valid_sequence_over_word
     assert scores["all"]["f1"] == pytest.approx(2 * 0.5 * 0.5 / (0.5 + 0.5))  # john paul smith found, paris typed wrong
     with pytest.raises(ConfigError, match="--decode=wrong"):
         teacher_word_tags(teacher, windows, "IOB2", "wrong")
+
+
+def test_every_decode_of_a_teacher_comes_from_one_forward_pass(tiny_bert_dir, monkeypatch):
+    """teacher_word_tags_by_decode / evaluate_teacher_by_decode: each decode's tags and scores are those of
+    teacher_word_tags / evaluate_teacher with that decode alone, from one pass over the windows."""
+    from xtremedistil_tf.teachers import finetune
+
+    teacher, tokenizer, sentences, windows = i_per_teacher(tiny_bert_dir)
+    decodes = (None, "constrained", "argmax")
+    alone = {decode: finetune.teacher_word_tags(teacher, windows, "IOB2", decode) for decode in decodes}
+    scores = {decode: evaluate_teacher(teacher, tokenizer, sentences, "IOB2", decode=decode) for decode in decodes}
+    passes = []
+    monkeypatch.setattr(finetune, "predict_by_length",
+                        lambda windows, fn, *args: passes.append(len(windows)) or predict_by_length(windows, fn, *args))
+    assert finetune.teacher_word_tags_by_decode(teacher, windows, "IOB2", decodes) == alone
+    assert passes == [len(windows)]
+    assert finetune.evaluate_teacher_by_decode(teacher, tokenizer, sentences, "IOB2", decodes) == scores
+    assert passes == [len(windows)] * 2
+    assert alone["constrained"] != alone[None] == alone["argmax"]  # the decodes differ: a mix-up shows
 
 
 def test_a_crf_teacher_decodes_with_its_viterbi_only(tiny_bert_dir):

@@ -51,9 +51,6 @@ REPORT = "ablation.md"
 TABLE3_ORDER = (("D4.2", ">=", "D4.1"), ("D4.1", ">=", "D3.2"), ("D3.2", ">", "D3.1"), ("D1", ">", "D0-S"))
 
 
-# The teacher scored with the students' word decoder (step_teacher_decoded).
-TEACHER_DECODED = f"{ABLATE_DIR}/teacher-decoded"
-
 
 def strategy_step(name: str, seed: Optional[int] = None) -> str:
     """The step (dir under the work dir) of one strategy, or of its student of one of --seeds."""
@@ -126,9 +123,6 @@ def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Opti
         raise ConfigError(f"--strategies are XtremeDistil's; --method={cfg.student.method} compares --variants "
                           "(ablate_multigrained.run_variants)")
     work, fingerprint = upstream_steps(cfg)
-    if cfg.data.task != pipeline.CLASSIFICATION and cfg.teacher.head == "softmax":
-        # Word decoding is for taggers; a CRF teacher's own Viterbi already is the constrained decoding.
-        step_teacher_decoded(work, cfg, fingerprint)
     languages = train_languages(work)
     for seed, student in seeded_students(cfg.student, seeds):
         for name in strategies:
@@ -141,24 +135,6 @@ def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Opti
     report = ablation_report(work, strategies, seeds)
     atomic_write_text(work.path(REPORT), report)
     return report
-
-
-def step_teacher_decoded(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict) -> None:
-    """The teacher's dev and test scores decoded as the students are (crf.decoding's constrained word
-    decoder; the teacher step scores its own way, argmax), so "% of teacher" compares one decoder."""
-    from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
-    from xtremedistil_tf.teachers.finetune import evaluate_teacher
-    from xtremedistil_tf.teachers.saved import load_teacher
-
-    def build(_):
-        teacher, tokenizer = load_teacher(work.path("teacher") / "model")
-        splits = pipeline.load_data(work)
-        return {"decode": DEFAULT_DECODE,
-                "scores": {split: evaluate_teacher(teacher, tokenizer, splits[split], cfg.data.scheme,
-                                                   decode=DEFAULT_DECODE)
-                           for split in ("dev", "test") if splits[split]}}
-
-    work.run_step(TEACHER_DECODED, {**upstream, "decode": DEFAULT_DECODE}, build)
 
 
 def train_languages(work: WorkDir) -> List[Optional[str]]:
@@ -305,14 +281,13 @@ def _over_seeds(values: Sequence[float]) -> str:
 
 
 def table3(teacher_scores: Dict[str, dict], results: Dict[str, List[dict]],
-           decoded: Optional[Dict[str, dict]] = None) -> List[str]:
+           argmax_scores: Optional[Dict[str, dict]] = None) -> List[str]:
     """Per model: F1 per language, their mean (and std across languages), pooled F1, and the mean as a
     share of the teacher's. results: {strategy: [step info of each seed]}; with several seeds every
-    cell is the mean ± std over the seeds. `decoded`: the teacher's scores decoded as the students
-    are (step_teacher_decoded); when given they are the 100% and the teacher's own scores a row."""
+    cell is the mean ± std over the seeds. `teacher_scores`: the teacher step's `scores` (decoded as the
+    students are: the 100%); `argmax_scores`: its argmax scores (a softmax token teacher), a row of their own."""
     split = _split(teacher_scores)
-    own = teacher_scores[split]
-    teacher = own if decoded is None else decoded[split]
+    teacher = teacher_scores[split]
     languages = list(teacher.get("languages", {}))
     several = any(len(infos) > 1 for infos in results.values())
     spread = (["mean"] if several else ["mean", "std"]) if languages else []
@@ -323,15 +298,15 @@ def table3(teacher_scores: Dict[str, dict], results: Dict[str, List[dict]],
         def cell(value):
             return _over_seeds([value(scores) for scores in runs])
         per = [cell(lambda s, lang=lang: s["languages"][lang]["f1"]) for lang in languages]
-        across = [cell(lambda s: s["f1_mean"]), cell(lambda s: s["f1_std"])][:len(spread)]
+        across = [cell(lambda s, key=key: s[key]) for key in ("f1_mean", "f1_std")[:len(spread)]]
         share = f"{np.mean([_summary_f1(scores) for scores in runs]) / reference:.1%}" if reference else "–"
         return [model, description, *per, *across, cell(lambda s: s["all"]["f1"]), share]
 
-    rows = [row("teacher", "fine-tuned teacher" if decoded is None else
+    rows = [row("teacher", "fine-tuned teacher" if argmax_scores is None else
                 "fine-tuned teacher, decoded as the students (constrained word decoding)", [teacher])]
-    if decoded is not None:
+    if argmax_scores is not None:
         rows.append(row("teacher (argmax)", "the same teacher, its own decoding (argmax at each word's first piece)",
-                        [own]))
+                        [argmax_scores[split]]))
     rows += [row(name, get_strategy(name).description, [info["scores"][split] for info in infos])
              for name, infos in results.items()]
     seeds = (" Students: mean ± standard deviation (n - 1) over the seeds; the teacher is one run."
@@ -394,23 +369,23 @@ def table4(history: dict) -> List[str]:
 
 
 def _load_results(work: WorkDir, strategies: Sequence[str], seeds: Optional[Sequence[int]] = None):
-    """(teacher scores, {strategy: [step info of each seed]}, the teacher's scores decoded as the
-    students or None for a work dir without that step) from the finished steps."""
-    decoded = work.stored(TEACHER_DECODED).get("info", {}).get("scores")
-    return work.step_info("teacher")["scores"], seed_results(strategies, seeds, work.step_info), decoded
+    """(the teacher step's scores, its argmax scores or None, {strategy: [step info of each seed]}) from the
+    finished steps (run_ablation's upstream_steps has given an older teacher step its decoded scores)."""
+    teacher = work.step_info("teacher")
+    return teacher["scores"], teacher.get("argmax_scores"), seed_results(strategies, seeds, work.step_info)
 
 
 def table3_markdown(work_dir, strategies: Sequence[str], seeds: Optional[Sequence[int]] = None) -> str:
     """Table 3 alone, as bin/ablate prints it."""
-    teacher_scores, results, decoded = _load_results(WorkDir(work_dir), strategies, seeds)
-    return "\n".join(table3(teacher_scores, results, decoded))
+    teacher_scores, argmax_scores, results = _load_results(WorkDir(work_dir), strategies, seeds)
+    return "\n".join(table3(teacher_scores, results, argmax_scores))
 
 
 def ablation_report(work: WorkDir, strategies: Sequence[str], seeds: Optional[Sequence[int]] = None) -> str:
-    teacher_scores, results, decoded = _load_results(work, strategies, seeds)
+    teacher_scores, argmax_scores, results = _load_results(work, strategies, seeds)
     split = _split(teacher_scores)
     lines = ["# Distillation strategy ablation", "", f"Work dir: `{work.root}`", "",
-             *table3(teacher_scores, results, decoded)]
+             *table3(teacher_scores, results, argmax_scores)]
     if seeds is not None:
         lines += ["", *seeds_section(split, seeds, results)]
     lines += ["", f"## Table 3's ordering, seed by seed: {split} F1 (%)", "",

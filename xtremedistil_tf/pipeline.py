@@ -5,7 +5,7 @@ artifact exists with the same configuration (see workdir.py). The student step r
 teacher outputs; the teacher itself only lends its word embeddings and sizes.
 
     work_dir/data/          train/dev/test/transfer.jsonl and labels (a snapshot of the input)
-    work_dir/teacher/       the fine-tuned teacher (TokenTeacher.save layout) and its history
+    work_dir/teacher/       the fine-tuned teacher (TokenTeacher.save layout), its history and scores
     work_dir/transfer/      sharded teacher outputs over train + unlabeled transfer sentences
     work_dir/transfer_dev/  teacher outputs over dev (each student step is selected by dev loss)
     work_dir/student/       the distilled student (training/student_run.py layout)
@@ -154,6 +154,14 @@ def _teacher_source(work: WorkDir, cfg: RunConfig, splits) -> tuple:
 
 
 def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=None):
+    """Fine-tune the teacher (or take it as it is), save it, and score it on dev and test. Its step.json
+    info holds, per split, `scores`: a token teacher's entity scores decoded as the students are
+    (crf.decoding.DEFAULT_DECODE, the constrained word decoder; a CRF teacher's own Viterbi), each split's
+    dict saying so in "decode"; and for a softmax token teacher `argmax_scores`: its own decoding (argmax
+    over the word labels at each word's first piece; a checkpoint's own argmax column through its label
+    map), what dev F1 selects its epoch by. Both come from one forward pass per split. A sentence
+    teacher's `scores` are its class scores. A step made before `scores` were decoded so gets them added
+    once (`_add_decoded_scores`)."""
     tc = cfg.teacher
     fingerprint = {**upstream, "teacher": {k: v for k, v in asdict(tc).items() if k != "layer"}}
     fingerprint["teacher"]["finetune"].pop("progress", None)
@@ -189,13 +197,12 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
                               distribution=distribution)
         seconds = time.time() - start
         teacher.save(tmp / "model", tokenizer)
-        scores = {split: _evaluate_teacher(cfg, teacher, tokenizer, splits[split])
-                  for split in ("dev", "test") if splits[split]}
         return {"history": result.history, "best_epoch": result.best_epoch, "train_seconds": seconds,
-                "parameters": int(teacher.count_params()), "scores": scores}
+                "parameters": int(teacher.count_params()), **_teacher_scores(cfg, teacher, tokenizer, splits)}
 
     with precision_policy(cfg.mixed_precision):
         work.run_step("teacher", fingerprint, build)
+        _add_decoded_scores(work, cfg)
     clear_checkpoints(work, "teacher")
     return fingerprint
 
@@ -226,13 +233,48 @@ def _used_as_it_is(teacher, tc: TeacherConfig, path: str) -> bool:
     return False
 
 
-def _evaluate_teacher(cfg: RunConfig, teacher, tokenizer, sentences) -> dict:
+def _teacher_scores(cfg: RunConfig, teacher, tokenizer, splits, argmax: bool = True) -> dict:
+    """The teacher step's `scores` and `argmax_scores` (step_teacher) of dev and test (the non-empty
+    ones), from one forward pass per split; `argmax` False: `scores` only."""
+    from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
     from xtremedistil_tf.teachers.classifier import evaluate_sequence_teacher
-    from xtremedistil_tf.teachers.finetune import evaluate_teacher
+    from xtremedistil_tf.teachers.finetune import evaluate_teacher_by_decode
 
+    scored = [split for split in ("dev", "test") if splits[split]]
     if cfg.data.task == CLASSIFICATION:
-        return evaluate_sequence_teacher(teacher, tokenizer, sentences)
-    return evaluate_teacher(teacher, tokenizer, sentences, cfg.data.scheme)
+        return {"scores": {split: evaluate_sequence_teacher(teacher, tokenizer, splits[split]) for split in scored}}
+    argmax = argmax and not hasattr(teacher, "crf")
+    decodes = (DEFAULT_DECODE, None) if argmax else (DEFAULT_DECODE,)
+    by_decode = {split: evaluate_teacher_by_decode(teacher, tokenizer, splits[split], cfg.data.scheme, decodes)
+                 for split in scored}
+    info = {"scores": {split: {"decode": DEFAULT_DECODE, **s[DEFAULT_DECODE]} for split, s in by_decode.items()}}
+    if argmax:
+        info["argmax_scores"] = {split: s[None] for split, s in by_decode.items()}
+    return info
+
+
+def _add_decoded_scores(work: WorkDir, cfg: RunConfig) -> None:
+    """A token teacher step made before the step recorded its scores decoded as the students (no "decode" in
+    its scores): those scores are the teacher's own decoding (argmax for a softmax teacher). Once, the saved
+    teacher is scored decoded as the students (a forward pass over dev and test, about a minute on WikiAnn)
+    and its step.json gets `_teacher_scores`' layout: those become `scores`, the recorded ones `argmax_scores`.
+    The fingerprint is unchanged (the teacher is not retrained). A CRF teacher's recorded scores are its
+    Viterbi: they only get their "decode"."""
+    from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
+
+    scores = work.step_info("teacher")["scores"]
+    if cfg.data.task == CLASSIFICATION or all("decode" in s for s in scores.values()):
+        return
+    if cfg.teacher.head == "crf":
+        work.add_info("teacher", {"scores": {split: {"decode": DEFAULT_DECODE, **s} for split, s in scores.items()}})
+        return
+    from xtremedistil_tf.teachers.saved import load_teacher
+
+    log.info("teacher: scoring the saved teacher decoded as the students, once (its step was made before it "
+             "recorded those scores)")
+    teacher, tokenizer = load_teacher(work.path("teacher") / "model")
+    work.add_info("teacher", {**_teacher_scores(cfg, teacher, tokenizer, load_data(work), argmax=False),
+                              "argmax_scores": scores})
 
 
 def _build_teacher(cfg: RunConfig, path: str, labels, random_init: bool, overrides: dict):
@@ -440,8 +482,8 @@ def step_metrics(work: WorkDir, steps=STEPS) -> dict:
     metrics = {}
     if "teacher" in steps:
         teacher = work.step_info("teacher")
-        metrics["teacher"] = {"scores": teacher["scores"], "parameters": teacher["parameters"],
-                              "train_seconds": teacher["train_seconds"], "best_epoch": teacher["best_epoch"]}
+        metrics["teacher"] = {k: teacher[k] for k in ("scores", "argmax_scores", "parameters", "train_seconds",
+                                                      "best_epoch") if k in teacher}
     if "data" in steps:
         metrics["data"] = work.step_info("data")
     if "transfer" in steps and (work.path("transfer") / STEP_FILE).exists():
@@ -509,6 +551,7 @@ def summary_table(work_dir, metrics: dict) -> str:
     """A plain-text table of what the run produced: scores, sizes, paths."""
     work = Path(work_dir)
     rows: List[tuple] = _score_rows("teacher", metrics["teacher"]["scores"])
+    rows += _score_rows("teacher (argmax)", metrics["teacher"].get("argmax_scores", {}))
     rows.append(("teacher parameters", f"{metrics['teacher']['parameters']:,}"))
     rows.append(("teacher fine-tuning", f"{metrics['teacher']['train_seconds']:.0f} s, best epoch "
                                         f"{metrics['teacher']['best_epoch']}"))

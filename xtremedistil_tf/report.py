@@ -13,11 +13,16 @@ together (atomic_dir) before report.md, which links them:
     curves.png     the teacher's dev F1 per epoch; the student's dev loss per epoch over every
                    unfreeze step of the staged loop (XtremeDistil Table 4 as a figure) with the dev
                    F1 after each step, or the multi-grained student's dev loss and F1 per epoch
+
+The teacher's numbers are its metrics.json `scores`, decoded as the students are (pipeline.step_teacher);
+the scores table adds its `argmax_scores` as `teacher (argmax)`. In the metrics.json of a run made before
+the teacher step recorded decoded scores, the teacher's scores are argmax: the report shows them only
+as `teacher (argmax)`, with a one-line hint (`with_argmax_teacher`).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import matplotlib
 
@@ -33,13 +38,36 @@ def _models(metrics: dict) -> Dict[str, dict]:
     return {name: metrics[name] for name in ("teacher", "student") if name in metrics}
 
 
+def read_metrics(work_dir) -> Tuple[dict, dict, Optional[str]]:
+    """(metrics.json as `with_argmax_teacher` gives it, config.json or {}, the hint or None) of a work dir."""
+    work_dir = Path(work_dir)
+    config = read_json(work_dir / "config.json") if (work_dir / "config.json").exists() else {}
+    metrics, hint = with_argmax_teacher(read_json(work_dir / "metrics.json"), config)
+    return metrics, config, hint
+
+
+def with_argmax_teacher(metrics: dict, config: dict) -> Tuple[dict, Optional[str]]:
+    """(metrics, None), or for the metrics.json of a run made before the teacher step recorded its scores
+    decoded as the students (a softmax token teacher's `scores` without "decode": argmax at each word's
+    first piece) those scores as the teacher's `argmax_scores` and none as decoded, with a one-line hint."""
+    teacher = metrics.get("teacher")
+    if not teacher or "argmax_scores" in teacher or (config.get("teacher") or {}).get("head") == "crf" or any(
+            "decode" in s or "accuracy" in s["all"] for s in teacher["scores"].values()):
+        return metrics, None
+    return ({**metrics, "teacher": {**teacher, "scores": {}, "argmax_scores": teacher["scores"]}},
+            "The teacher has only argmax scores here (metrics.json is older than its scores decoded as the "
+            "students): rerun the same bin/train command on this work dir to add them (one scoring pass), then "
+            "bin/report.")
+
+
 def score_rows(metrics: dict) -> List[List[str]]:
     rows = []
     for name, model in _models(metrics).items():
-        for split, s in model["scores"].items():
-            spread = (f"{s['f1_mean']:.4f} ± {s['f1_std']:.4f}" if len(s.get("languages", {})) > 1 else "")
-            rows.append([name, split, f"{s['all']['precision']:.4f}", f"{s['all']['recall']:.4f}",
-                         f"{s['all']['f1']:.4f}", spread])
+        for label, key in ((name, "scores"), (f"{name} (argmax)", "argmax_scores")):
+            for split, s in model.get(key, {}).items():
+                spread = (f"{s['f1_mean']:.4f} ± {s['f1_std']:.4f}" if len(s.get("languages", {})) > 1 else "")
+                rows.append([label, split, f"{s['all']['precision']:.4f}", f"{s['all']['recall']:.4f}",
+                             f"{s['all']['f1']:.4f}", spread])
     return rows
 
 
@@ -243,12 +271,11 @@ def latency_rows(latency: dict) -> List[List[str]]:
 def write_report(work_dir, latency_json=None) -> Path:
     """Write work_dir/report.md (and its plots); returns its path."""
     work_dir = Path(work_dir)
-    metrics = read_json(work_dir / "metrics.json")
-    config = read_json(work_dir / "config.json") if (work_dir / "config.json").exists() else {}
+    metrics, config, hint = read_metrics(work_dir)
     latency_path = Path(latency_json) if latency_json else work_dir / "latency.json"
     latency = read_json(latency_path) if latency_path.exists() else None
 
-    lines = [f"# Report: {work_dir.name}", "", "## Scores (entity-level, seqeval)", ""]
+    lines = [f"# Report: {work_dir.name}", "", "## Scores (entity-level, seqeval)", "", *([hint, ""] if hint else [])]
     lines += _table(["model", "split", "precision", "recall", "F1", "F1 mean ± std over languages"],
                     score_rows(metrics))
     lines += ["", "## Parameters and size on disk", ""]
@@ -269,7 +296,7 @@ def write_report(work_dir, latency_json=None) -> Path:
             plot_curves(curves, tmp / "curves.png")
     if types:
         models = [name for name, model in _models(metrics).items() if _eval_split(model["scores"])]
-        split = _eval_split(metrics["teacher"]["scores"]) if "teacher" in metrics else ""
+        split = next(filter(None, (_eval_split(model["scores"]) for model in _models(metrics).values())))
         lines += ["", f"## Scores by entity type ({split} split; precision / recall / F1, %)", ""]
         lines += _table(["type"] + models + ["gold entities"], types)
         lines += ["", f"![F1 by entity type]({PLOTS_DIR}/types.png)"]

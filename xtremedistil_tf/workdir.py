@@ -200,5 +200,10 @@ class WorkDir:
         atomic_write_json(self.path(name) / STEP_FILE, {"hash": fingerprint_hash(fingerprint),
                                                         "fingerprint": fingerprint, "info": info or {}})
 
+    def add_info(self, name: str, info: dict) -> None:
+        """Merge `info` into the recorded info of finished step `name`; its fingerprint stays as it is."""
+        stored = self.stored(name)
+        atomic_write_json(self.path(name) / STEP_FILE, {**stored, "info": {**stored["info"], **info}})
+
     def step_info(self, name: str) -> dict:
         return read_json(self.path(name) / STEP_FILE).get("info", {})

@@ -25,7 +25,7 @@ FLAGS = flags.FLAGS
 def run(repeats: int) -> List[str]:
     """The table; `repeats` is unused (scores are not timed)."""
     from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.teachers.finetune import evaluate_teacher
+    from xtremedistil_tf.teachers.finetune import evaluate_teacher_by_decode
     from xtremedistil_tf.teachers.saved import load_teacher
     from xtremedistil_tf.training.student_run import evaluate_student, load_student
 
@@ -39,10 +39,11 @@ def run(repeats: int) -> List[str]:
     sentences, scheme = splits[split], work.stored("data")["fingerprint"]["data"]["scheme"]
     rows, skipped = [], []
     teacher, tokenizer = load_teacher(work.path("teacher") / "model")
-    # A CRF teacher decodes with its Viterbi only (the constrained column); it has no argmax.
-    rows.append(["teacher", *(_pct(None if d == "argmax" and hasattr(teacher, "crf") else
-                                   _summary_f1(evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=d)))
-                              for d in DECODES)])
+    # Both decoders from one forward pass; a CRF teacher decodes with its Viterbi only (the constrained
+    # column), it has no argmax.
+    teacher_scores = evaluate_teacher_by_decode(teacher, tokenizer, sentences, scheme,
+                                                [d for d in DECODES if d != "argmax" or not hasattr(teacher, "crf")])
+    rows.append(["teacher", *(_pct(_summary_f1(teacher_scores[d]) if d in teacher_scores else None) for d in DECODES)])
     for meta_file in sorted((root / ABLATE_DIR).rglob("student.json")):
         name = str(meta_file.parent.relative_to(root / ABLATE_DIR))
         if meta_file.parent.name.startswith("student-") or read_json(meta_file).get("decoder") == "crf":

@@ -20,7 +20,7 @@ flags.DEFINE_string("latency_json", "", "Latency results of `bin/benchmark laten
 
 
 def report() -> None:
-    from xtremedistil_tf.report import write_report
+    from xtremedistil_tf.report import read_metrics, write_report
 
     if not FLAGS.work_dir:
         raise ConfigError("--work_dir is required")
@@ -28,11 +28,13 @@ def report() -> None:
     if not FLAGS.summary:
         print(path)
         return
-    from xtremedistil_tf.io import read_json
     from xtremedistil_tf.pipeline import summary_table
 
     work = Path(FLAGS.work_dir)
-    print(summary_table(work, read_json(work / "metrics.json")))
+    metrics, _, hint = read_metrics(work)
+    print(summary_table(work, metrics))
+    if hint:
+        print(hint)
     print(f"{'report':<26s} {path}")
     export = work / "export"
     for model in sorted(p for p in export.iterdir() if p.is_dir()) if export.is_dir() else []:

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -228,6 +228,44 @@ def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.nd
     return predict_by_length(windows, teacher.predict_tags_fn(), batch_size)
 
 
+def word_label_probs(teacher, windows: Windows, batch_size: int = 64) -> Tuple[np.ndarray, np.ndarray]:
+    """From one forward pass of a softmax token teacher over `windows`: the softmax over the word labels at
+    every piece, marker columns 0 ([W, L, tags] float32, what crf.decoding.WordDecoder reads), and the
+    teacher's own tag ids ([W, L], `predict_piece_tags`'s)."""
+    labels, tags = len(teacher.tag_vocab.labels), len(teacher.tag_vocab)
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[{"input_ids": spec, "attention_mask": spec}])
+    def probs_and_tags(batch):
+        logits, own = teacher.logits_and_tags(batch)
+        probs = tf.pad(tf.nn.softmax(tf.cast(logits[..., :labels], tf.float32)), [[0, 0], [0, 0], [0, tags - labels]])
+        return tf.concat([probs, tf.cast(own, tf.float32)[..., None]], -1)  # the tag id rides in one more column
+
+    out = predict_by_length(windows, probs_and_tags, batch_size)
+    return out[..., :-1], out[..., -1].astype(np.int32)
+
+
+def teacher_word_tags_by_decode(teacher, windows: Windows, scheme: str, decodes: Sequence[Optional[str]],
+                                batch_size: int = 64) -> Dict[Optional[str], List[List[str]]]:
+    """{decode: each sentence's word tags} for each of `decodes` (`teacher_word_tags`'s `decode`), from one
+    forward pass over `windows`."""
+    decodes = list(dict.fromkeys(decodes))
+    if hasattr(teacher, "crf"):
+        for decode in decodes:
+            if decode not in (None, "constrained"):
+                raise ConfigError(f"--decode={decode}: a CRF teacher decodes with its CRF's Viterbi; --decode=argmax "
+                                  "is for softmax taggers")
+        tags = teacher.decode_words(windows, predict_piece_tags(teacher, windows, batch_size))
+        return {decode: tags for decode in decodes}
+    decoders = {d: WordDecoder(teacher.tag_vocab.tags, teacher.tag_vocab.labels, scheme, d)
+                for d in decodes if d is not None}
+    if not decoders:
+        return {None: teacher.decode_words(windows, predict_piece_tags(teacher, windows, batch_size))}
+    probs, own = word_label_probs(teacher, windows, batch_size)
+    return {d: teacher.decode_words(windows, own) if d is None else decoders[d].decode_windows(windows, probs)[0]
+            for d in decodes}
+
+
 def teacher_word_tags(teacher, windows: Windows, scheme: str, decode: Optional[str] = None,
                       batch_size: int = 64) -> List[List[str]]:
     """Each sentence's word tags from a token teacher. `decode` None: the teacher's own decoding
@@ -235,29 +273,24 @@ def teacher_word_tags(teacher, windows: Windows, scheme: str, decode: Optional[s
     argmax column through its label map). "constrained" / "argmax": decoded as a softmax student is
     (crf.decoding.WordDecoder over the softmax of the word labels' logits), so a teacher and its
     students can be scored with one decoder; a CRF head decodes with its own Viterbi only."""
-    if decode is None or hasattr(teacher, "crf"):
-        if decode not in (None, "constrained"):
-            raise ConfigError(f"--decode={decode}: a CRF teacher decodes with its CRF's Viterbi; --decode=argmax is "
-                              "for softmax taggers")
-        return teacher.decode_words(windows, predict_piece_tags(teacher, windows, batch_size))
-    labels = len(teacher.tag_vocab.labels)
-    spec = tf.TensorSpec([None, None], tf.int32)
-    # Over the word labels only (marker columns 0), as predict_tags_fn's argmax reads them.
-    probs_fn = tf.function(lambda batch: tf.pad(tf.nn.softmax(tf.cast(teacher(batch)[..., :labels], tf.float32)),
-                                                [[0, 0], [0, 0], [0, len(teacher.tag_vocab) - labels]]),
-                           input_signature=[{"input_ids": spec, "attention_mask": spec}])
-    probs = predict_by_length(windows, probs_fn, batch_size)
-    decoder = WordDecoder(teacher.tag_vocab.tags, teacher.tag_vocab.labels, scheme, decode)
-    return decoder.decode_windows(windows, probs)[0]
+    return teacher_word_tags_by_decode(teacher, windows, scheme, [decode], batch_size)[decode]
+
+
+def evaluate_teacher_by_decode(teacher, tokenizer, sentences: Sequence[Sentence], scheme: str,
+                               decodes: Sequence[Optional[str]], batch_size: int = 64) -> Dict[Optional[str], Dict]:
+    """{decode: entity scores of the teacher's word-level predictions on labeled sentences} for each of
+    `decodes` (`teacher_word_tags`), from one forward pass."""
+    windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    gold, langs = [s.tags for s in sentences], [s.lang for s in sentences]
+    return {decode: score_by_language(gold, predicted, langs, scheme)
+            for decode, predicted in teacher_word_tags_by_decode(teacher, windows, scheme, decodes, batch_size).items()}
 
 
 def evaluate_teacher(teacher, tokenizer, sentences: Sequence[Sentence], scheme: str,
                      batch_size: int = 64, decode: Optional[str] = None) -> Dict:
     """Entity scores of the teacher's word-level predictions on labeled sentences (`decode`:
     `teacher_word_tags`)."""
-    windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    predicted = teacher_word_tags(teacher, windows, scheme, decode, batch_size)
-    return score_by_language([s.tags for s in sentences], predicted, [s.lang for s in sentences], scheme)
+    return evaluate_teacher_by_decode(teacher, tokenizer, sentences, scheme, [decode], batch_size)[decode]
 
 
 def finetune(teacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Sentence], scheme: str,

@@ -86,16 +86,19 @@ class TokenTeacher(EncoderSizes, tf.keras.Model):
         weights = label_mask(batch["label_ids"], batch["attention_mask"], self.tag_vocab.pad_id)
         return cross_entropy(self(batch, training=training), batch["label_ids"], weights)
 
+    def logits_and_tags(self, batch):
+        """The logits [B, T, tags] and `predict_tags_fn`'s tag ids [B, T], from one forward pass."""
+        logits = self(batch, training=False)
+        # Over the word labels only: a word's first piece always gets one (a teacher trained
+        # on first pieces never learnt the marker columns), and no other piece is read.
+        return logits, tf.argmax(logits[..., :len(self.tag_vocab.labels)], axis=-1, output_type=tf.int32)
+
     def predict_tags_fn(self):
         """Predicted tag ids [B, T] as one compiled function for any batch size and length."""
         if getattr(self, "_tags_fn", None) is None:
             spec = tf.TensorSpec([None, None], tf.int32)
-            # Over the word labels only: a word's first piece always gets one (a teacher trained
-            # on first pieces never learnt the marker columns), and no other piece is read.
-            labels = len(self.tag_vocab.labels)
-            self._tags_fn = tf.function(
-                lambda batch: tf.argmax(self(batch, training=False)[..., :labels], axis=-1, output_type=tf.int32),
-                input_signature=[{"input_ids": spec, "attention_mask": spec}])
+            self._tags_fn = tf.function(lambda batch: self.logits_and_tags(batch)[1],
+                                        input_signature=[{"input_ids": spec, "attention_mask": spec}])
         return self._tags_fn
 
     def decode_words(self, windows, piece_predictions: np.ndarray):

@@ -139,13 +139,17 @@ class PretrainedTokenTeacher(EncoderSizes, tf.keras.Model):
         out = self._run(inputs, True)
         return self.map_logits(out.logits), out.hidden_states[layer]
 
+    def logits_and_tags(self, batch):
+        """The data tag logits [B, T, tags] (`call`'s) and `predict_tags_fn`'s columns [B, T], from one forward pass."""
+        logits = self._run(batch, False).logits
+        return self.map_logits(logits), tf.argmax(logits, axis=-1, output_type=tf.int32)
+
     def predict_tags_fn(self):
         """The checkpoint's own argmax column per piece [B, T] (decode_words reads them)."""
         if getattr(self, "_tags_fn", None) is None:
             spec = tf.TensorSpec([None, None], tf.int32)
-            self._tags_fn = tf.function(
-                lambda batch: tf.argmax(self._run(batch, False).logits, axis=-1, output_type=tf.int32),
-                input_signature=[{"input_ids": spec, "attention_mask": spec}])
+            self._tags_fn = tf.function(lambda batch: self.logits_and_tags(batch)[1],
+                                        input_signature=[{"input_ids": spec, "attention_mask": spec}])
         return self._tags_fn
 
     def decode_words(self, windows: Windows, piece_predictions: np.ndarray) -> List[List[str]]:
@@ -209,13 +213,9 @@ class PretrainedSequenceTeacher(PretrainedTokenTeacher):
         out = self._run(inputs, True)
         return self.map_logits(out.logits), out.hidden_states[layer][:, 0]
 
-    def predict_tags_fn(self):
-        if getattr(self, "_tags_fn", None) is None:
-            spec = tf.TensorSpec([None, None], tf.int32)
-            self._tags_fn = tf.function(
-                lambda batch: tf.argmax(self(batch), axis=-1, output_type=tf.int32),
-                input_signature=[{"input_ids": spec, "attention_mask": spec}])
-        return self._tags_fn
+    def logits_and_tags(self, batch):
+        logits = self(batch)
+        return logits, tf.argmax(logits, axis=-1, output_type=tf.int32)
 
     @classmethod
     def label_map_of(cls, config, labels: Sequence[str], scheme: Optional[str]):

@@ -149,3 +149,19 @@ def test_a_command_filters_its_stderr_until_exit():
     assert result.returncode == 3
     assert result.stderr.splitlines()[-2:] == ["before", "after"], result.stderr[-2000:]
     assert "oneDNN" not in result.stderr
+
+
+def test_stderr_filter_keeps_draining_when_the_real_stderr_is_gone():
+    """A closed real stderr (stderr piped to a reader that quit) must not leave writers blocked on a full pipe:
+    the filter reads everything to EOF and drops it."""
+    source_read, source_write = os.pipe()
+    target_read, target_write = os.pipe()
+    os.close(target_read)  # writing to target_write now fails (EPIPE; SIGPIPE is ignored by Python)
+    data = b"x" * 100 + b"\n"
+    for _ in range(100):  # 10 KB: fits the pipe, so the writer does not need the reader to run first
+        os.write(source_write, data)
+    os.close(source_write)
+    _forward(source_read, target_write)
+    assert os.read(source_read, 1) == b""  # read to EOF
+    os.close(source_read)
+    os.close(target_write)

@@ -18,6 +18,7 @@ import re
 import sys
 import threading
 import warnings
+from typing import Optional
 
 # Lines TensorFlow's C++ side prints while it loads and probes devices; anything else is shown.
 IMPORT_NOISE = re.compile(r"cuda|cudart|cuInit|cuDNN|cuFFT|cuBLAS|TensorRT|TF-TRT|oneDNN|absl::InitializeLog|"
@@ -79,21 +80,22 @@ def _without_noise(line: bytes) -> bytes:
     return text[:start.start()].encode("utf-8")
 
 
-def _forward(source: int, target: int) -> None:
+def _forward(source: int, target: Optional[int]) -> None:
     """Copy what comes through `source` to `target` until EOF, less complete lines of library
     noise (`_without_noise`). A partial line (a progress bar redrawn with \\r) goes on at once: C++ log
-    lines arrive whole, one write each."""
+    lines arrive whole, one write each. If the real stderr goes away (a closed pipe), the rest is read
+    and dropped, so that the process never blocks on a full pipe."""
     while True:
         chunk = os.read(source, 1 << 16)
         if not chunk:
             return
         *lines, partial = chunk.split(b"\n")
         data = b"".join(_without_noise(line) for line in lines) + partial
-        while data:
+        while data and target is not None:
             try:
                 data = data[os.write(target, data):]
-            except OSError:  # the real stderr is gone: nothing left to show it on
-                return
+            except OSError:  # nothing left to show it on: keep draining
+                target = None
 
 
 _filtering: list = []

@@ -38,6 +38,16 @@ class EncoderSizes:
         return int(getattr(self, self.sized_by).config.hidden_size)
 
 
+def compiled_tags_fn(teacher):
+    """`teacher.logits_and_tags`' tag ids [B, T] as one compiled function for any batch size and length,
+    built once per teacher."""
+    if getattr(teacher, "_tags_fn", None) is None:
+        spec = tf.TensorSpec([None, None], tf.int32)
+        teacher._tags_fn = tf.function(lambda batch: teacher.logits_and_tags(batch)[1],
+                                       input_signature=[{"input_ids": spec, "attention_mask": spec}])
+    return teacher._tags_fn
+
+
 class TokenTeacher(EncoderSizes, tf.keras.Model):
     """Transformer encoder + dropout + dense logits over the piece-level tag vocabulary.
 
@@ -95,11 +105,7 @@ class TokenTeacher(EncoderSizes, tf.keras.Model):
 
     def predict_tags_fn(self):
         """Predicted tag ids [B, T] as one compiled function for any batch size and length."""
-        if getattr(self, "_tags_fn", None) is None:
-            spec = tf.TensorSpec([None, None], tf.int32)
-            self._tags_fn = tf.function(lambda batch: self.logits_and_tags(batch)[1],
-                                        input_signature=[{"input_ids": spec, "attention_mask": spec}])
-        return self._tags_fn
+        return compiled_tags_fn(self)
 
     def decode_words(self, windows, piece_predictions: np.ndarray):
         """Word labels per sentence from `predict_tags_fn`'s piece tags (a pretrained teacher's

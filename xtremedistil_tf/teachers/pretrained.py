@@ -34,7 +34,8 @@ from xtremedistil_tf.data.alignment import SPECIAL_TAGS, TagVocab, Windows, deco
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.teachers.labelmap import class_label_map, token_label_map
-from xtremedistil_tf.teachers.model import FORMAT_VERSION, EncoderSizes, check_layer_range, load_tokenizer
+from xtremedistil_tf.teachers.model import (FORMAT_VERSION, EncoderSizes, check_layer_range, compiled_tags_fn,
+                                           load_tokenizer)
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +147,7 @@ class PretrainedTokenTeacher(EncoderSizes, tf.keras.Model):
 
     def predict_tags_fn(self):
         """The checkpoint's own argmax column per piece [B, T] (decode_words reads them)."""
-        if getattr(self, "_tags_fn", None) is None:
-            spec = tf.TensorSpec([None, None], tf.int32)
-            self._tags_fn = tf.function(lambda batch: self.logits_and_tags(batch)[1],
-                                        input_signature=[{"input_ids": spec, "attention_mask": spec}])
-        return self._tags_fn
+        return compiled_tags_fn(self)
 
     def decode_words(self, windows: Windows, piece_predictions: np.ndarray) -> List[List[str]]:
         """Word tags in the data's scheme from `predict_tags_fn`'s columns."""

@@ -528,3 +528,55 @@ def test_transfer_from_train_rest_needs_a_labeled_cap(corpus, kwargs, message):
 
     with pytest.raises(ConfigError, match=message):
         check_data_config(DataConfig(format="wikiann", data_dir=str(corpus), langs=list(LANGS), **kwargs))
+
+
+# ----------------------------------------------------------------------------- --transfer_sizes
+
+def transfer_config(work_dir, corpus, teacher_dir):
+    """The toy ablation with 20 labeled sentences per language and the next 30 as unlabeled text (60 in all)."""
+    cfg = tiny_config(work_dir, corpus, teacher_dir)
+    return replace(cfg, data=replace(cfg.data, max_train_sentences=20, transfer_from_train_rest=30))
+
+
+def test_transfer_sizes_beyond_the_unlabeled_text_are_refused_before_the_teacher_trains(tmp_path, corpus,
+                                                                                          tiny_bert_dir):
+    cfg = transfer_config(tmp_path / "w", corpus, tiny_bert_dir)
+    with pytest.raises(ConfigError, match=r"^--transfer_sizes: 60 unlabeled sentences; the data has 60 unlabeled "
+                                          r"transfer sentences, so give 0 to 59"):
+        ablate.run_ablation(cfg, ["D4.2"], transfer_sizes=["10", "60"])
+    assert (tmp_path / "w" / "data").exists() and not (tmp_path / "w" / "teacher").exists()
+
+
+@END_TO_END
+def test_bin_ablate_transfer_sizes_distils_a_student_per_size_from_one_teacher(corpus, tiny_bert_dir, tmp_path):
+    work = tmp_path / "work"
+    proc = subprocess.run([sys.executable, str(REPO / "bin" / "ablate"), *tiny_flags(work, corpus, tiny_bert_dir),
+                           "--max_train_sentences=20", "--transfer_from_train_rest=30", "--strategies=D0-S,D4.1",
+                           "--transfer_sizes=10,0"], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = transfer_config(work, corpus, tiny_bert_dir)
+    # D4.1 reads the transfer set: a student per size; D0-S does not: one student serves every size.
+    assert sorted(p.name for p in (work / "ablate").iterdir()) == ["D0-S", "D4.1", "transfer-0", "transfer-10"]
+    assert [p.name for p in (work / "ablate" / "transfer-0").iterdir()] == ["D4.1"]
+    students = {size: info(cfg, ablate.strategy_step("D4.1", None, size)) for size in (0, 10, None)}
+    fingerprints = {size: json.load(open(work / ablate.strategy_step("D4.1", None, size) / "step.json"))["fingerprint"]
+                    for size in (0, 10, None)}
+    assert [fingerprints[size]["student"].get("transfer_sentences") for size in (0, 10, None)] == [0, 10, None]
+    # The logit stage learns from 40 labeled + N unlabeled sentences' windows: its dev loss moves with N.
+    logits_loss = {size: students[size]["history"]["steps"][1]["best_val_loss"] for size in students}
+    assert len(set(logits_loss.values())) == 3
+    log_text = (work / "run.log").read_text(encoding="utf-8")
+    for size in (0, 10):
+        assert f"transfer set: the 40 labeled sentences and {size} of the 60 unlabeled ones" in log_text
+    report = (work / "ablation.md").read_text(encoding="utf-8")
+    curve = parse_tables(report[report.index("## Transfer-set size"):])[0]
+    d0s = pct(info(cfg, "ablate/D0-S")["scores"]["test"]["f1_mean"])
+    teacher = info(cfg, "teacher")["scores"]["test"]["f1_mean"]
+    assert curve[0] == ["unlabeled sentences", "D0-S", "D4.1"]
+    assert [row[0] for row in curve[1:]] == ["0", "10", "60 (all)"]
+    for row, size in zip(curve[1:], (0, 10, None)):
+        f1 = students[size]["scores"]["test"]["f1_mean"]
+        assert row[2] == f"{pct(f1)} ({f1 / teacher:.1%})"
+        assert row[1].startswith(d0s + " (")
+    assert (work / ablate.CURVE_PLOT).read_bytes()[:4] == b"\x89PNG"

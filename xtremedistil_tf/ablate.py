@@ -8,12 +8,22 @@ own resumable step dir, so a killed ablation resumes at the first unfinished str
     work_dir/ablate/<strategy>/                 the saved student (training/student_run.py layout)
     work_dir/ablate/D0/student-<lang>/          D0 with several languages: one student per language
     work_dir/ablate/seed-<n>/<strategy>/        with --seeds: the student of seed n (same layout)
+    work_dir/ablate/[seed-<n>/]transfer-<N>/<strategy>/
+                                                with --transfer_sizes: the student that learnt from N
+                                                of the unlabeled transfer sentences
     work_dir/ablation.md                        the tables (rewritten on each run: it is a summary)
+    work_dir/transfer_curve.png                 with --transfer_sizes: F1 / teacher F1 against N
 
 With --seeds (bin/ablate --seeds=1,2,3) every strategy is distilled once per seed from the same
 teacher and cache (--seed still makes the data and the teacher); ablation.md then gives the mean
 ± std over seeds, each seed's F1, and Table 3's ordering checked seed by seed. Without it there is
 one student per strategy, of --seed.
+
+With --transfer_sizes (bin/ablate --transfer_sizes=0,10000) every strategy that reads the transfer
+set is also distilled from the labeled sentences plus only N evenly spaced of the unlabeled ones
+(pipeline.transfer_subset; the same teacher and cache), for each N: the paper's Table 3 over
+transfer-set sizes. ablation.md then has that table (the full set as its last row) and
+transfer_curve.png plots each strategy's F1 as a share of the teacher's against N.
 
 D0 trains one student per language on that language's labeled windows, selected on that
 language's dev windows, and scores each language with its own student. With one language (or
@@ -52,9 +62,20 @@ TABLE3_ORDER = (("D4.2", ">=", "D4.1"), ("D4.1", ">=", "D3.2"), ("D3.2", ">", "D
 
 
 
-def strategy_step(name: str, seed: Optional[int] = None) -> str:
-    """The step (dir under the work dir) of one strategy, or of its student of one of --seeds."""
-    return f"{ABLATE_DIR}/{name}" if seed is None else f"{ABLATE_DIR}/seed-{seed}/{name}"
+CURVE_PLOT = "transfer_curve.png"
+
+
+def strategy_step(name: str, seed: Optional[int] = None, transfer: Optional[int] = None) -> str:
+    """The step (dir under the work dir) of one strategy, or of its student of one of --seeds, or of
+    its student of `transfer` unlabeled sentences (--transfer_sizes; None: all of them)."""
+    parts = [ABLATE_DIR, *([f"seed-{seed}"] if seed is not None else []),
+             *([f"transfer-{transfer}"] if transfer is not None else []), name]
+    return "/".join(parts)
+
+
+def reads_transfer(name: str) -> bool:
+    """Whether a strategy's students learn from the transfer set (else one student serves every size)."""
+    return any("transfer" in stage.sources for stage in get_strategy(name).stages)
 
 
 def check_names(names: Sequence[str], flag: str, lookup: Callable[[str], object], example: str) -> List[str]:
@@ -89,6 +110,21 @@ def check_seeds(values: Sequence) -> List[int]:
     return seeds
 
 
+def check_transfer_sizes(values: Sequence) -> List[int]:
+    """The sizes of --transfer_sizes (strings or ints), in increasing order: non-negative integers,
+    none twice. Whether the data has that many unlabeled sentences is checked once it is read
+    (pipeline.check_transfer_sentences), still before the teacher trains."""
+    sizes = []
+    for value in values:
+        text = str(value).strip().replace("_", "")
+        if not text.isdigit():
+            raise ConfigError(f"--transfer_sizes: {text!r} is not a number of unlabeled sentences; "
+                              "give e.g. --transfer_sizes=0,10000 (the whole set is always run)")
+        sizes.append(int(text))
+    check_names([str(size) for size in sizes], "transfer_sizes", lambda name: None, "0,10000")
+    return sorted(sizes)
+
+
 def seeded_students(student, seeds: Optional[Sequence[int]]) -> Iterator[Tuple[Optional[int], object]]:
     """(seed, student config of that seed) for each of --seeds in order, or (None, `student`) without
     --seeds. Runs go seed by seed, so a killed run has whole tables for the seeds it finished."""
@@ -102,37 +138,53 @@ def seed_results(names: Sequence[str], seeds: Optional[Sequence[int]], load: Cal
     return {name: [load(strategy_step(name, seed)) for seed in seeds or [None]] for name in names}
 
 
-def upstream_steps(cfg: pipeline.RunConfig) -> Tuple[WorkDir, dict]:
-    """(work dir, fingerprint): the data, teacher and teacher-output steps every student reads, run once."""
+def upstream_steps(cfg: pipeline.RunConfig, check_data: Callable[[WorkDir], None] = lambda work: None
+                   ) -> Tuple[WorkDir, dict]:
+    """(work dir, fingerprint): the data, teacher and teacher-output steps every student reads, run once;
+    `check_data(work)` runs after the data step, before the teacher trains."""
     work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
     fingerprint = pipeline.step_data(work, cfg)
+    check_data(work)
     fingerprint = pipeline.step_teacher(work, cfg, fingerprint)
     return work, pipeline.step_transfer(work, cfg, fingerprint)
 
 
-def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Optional[Sequence] = None) -> str:
+def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Optional[Sequence] = None,
+                 transfer_sizes: Optional[Sequence] = None) -> str:
     """Run (or resume) the ablation; writes and returns the markdown report.
 
     seeds: None for one student per strategy (of cfg.student.seed), or the student seeds of
-    --seeds: one student per strategy and seed, from the same teacher and cache."""
+    --seeds: one student per strategy and seed, from the same teacher and cache.
+    transfer_sizes: numbers of unlabeled transfer sentences; each strategy that reads the transfer
+    set also gets a student (per seed) of each size, after the full-set students."""
     strategies = check_strategies(strategies)
     seeds = None if seeds is None else check_seeds(seeds)
+    sizes = [] if transfer_sizes is None else check_transfer_sizes(transfer_sizes)
     if cfg.student is None:
         raise ConfigError("an ablation distils students; drop --nostudent")
     if cfg.student.method != "xtremedistil":
         raise ConfigError(f"--strategies are XtremeDistil's; --method={cfg.student.method} compares --variants "
                           "(ablate_multigrained.run_variants)")
-    work, fingerprint = upstream_steps(cfg)
+
+    def check_data(work: WorkDir) -> None:
+        unlabeled = len(pipeline.load_data(work)["transfer"])
+        for size in sizes:
+            pipeline.check_transfer_sentences(size, unlabeled)
+
+    work, fingerprint = upstream_steps(cfg, check_data)
     languages = train_languages(work)
     for seed, student in seeded_students(cfg.student, seeds):
-        for name in strategies:
-            strategy_cfg = replace(cfg, student=replace(student, strategy=name))
-            step = strategy_step(name, seed)
-            if get_strategy(name).per_language and len(languages) > 1:
-                step_per_language(work, strategy_cfg, fingerprint, languages, step)
-            else:
-                pipeline.step_student(work, strategy_cfg, fingerprint, step)
-    report = ablation_report(work, strategies, seeds)
+        for size in [None, *sizes]:
+            for name in strategies:
+                if size is not None and not reads_transfer(name):
+                    continue
+                strategy_cfg = replace(cfg, student=replace(student, strategy=name, transfer_sentences=size))
+                step = strategy_step(name, seed, size)
+                if get_strategy(name).per_language and len(languages) > 1:
+                    step_per_language(work, strategy_cfg, fingerprint, languages, step)
+                else:
+                    pipeline.step_student(work, strategy_cfg, fingerprint, step)
+    report = ablation_report(work, strategies, seeds, sizes)
     atomic_write_text(work.path(REPORT), report)
     return report
 
@@ -205,30 +257,16 @@ def _check_covered(splits: dict, scored: Sequence[str], languages: Sequence[str]
 def cached_window_languages(work: WorkDir, splits: dict, tokenizer, teacher) -> Dict[str, np.ndarray]:
     """The language of each labeled window of the train and dev teacher-output caches, in cache order.
 
-    Encoding is deterministic and windows follow sentence order (train first in the transfer
-    cache), so re-encoding recovers the cache's window -> sentence map without storing it.
+    Train comes first in the transfer cache (pipeline.cached_sentence_index).
     """
-    from xtremedistil_tf.data.alignment import encode
-
     transfer = work.step_info("transfer")
     expected = {"train": transfer["train_windows"], "dev": transfer["dev"]["windows"]}
     langs = {}
     for split, count in expected.items():
         sentences = splits[split]
-        windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-        if len(windows) != count:
-            raise ConfigError(f"{split}: {len(windows)} windows, but the teacher-output cache in {work.root} "
-                              f"holds {count}; rerun with --overwrite")
-        langs[split] = np.array([sentences[i].lang for i in windows.sentence_index], dtype=object)
+        index = pipeline.cached_sentence_index(sentences, tokenizer, teacher, count, f"{split} of {work.root}")
+        langs[split] = np.array([sentences[i].lang for i in index], dtype=object)
     return langs
-
-
-def _subset(ds, keep: np.ndarray):
-    """The elements of `ds` where `keep` (one bool per element, in order) is True."""
-    import tensorflow as tf
-
-    keep = tf.constant(keep)
-    return ds.enumerate().filter(lambda i, _: tf.gather(keep, i)).map(lambda _, x: x)
 
 
 def _distil_language(work: WorkDir, sc, teacher, tokenizer, dev_sentences, window_langs: Dict[str, np.ndarray],
@@ -237,16 +275,16 @@ def _distil_language(work: WorkDir, sc, teacher, tokenizer, dev_sentences, windo
     import tensorflow as tf
 
     from xtremedistil_tf.data.alignment import encode
-    from xtremedistil_tf.teachers.cache import read_sharded
+    from xtremedistil_tf.teachers.cache import read_sharded, subset
     from xtremedistil_tf.training.staged import batched, make_dev_f1, train_student
     from xtremedistil_tf.training.student_run import build_student, distil_config
 
     tf.keras.utils.set_random_seed(sc.seed)
     student = build_student(sc, teacher, scheme)
     keep = window_langs["train"] == lang
-    train = _subset(read_sharded(work.path("transfer")).take(len(keep)), keep)
+    train = subset(read_sharded(work.path("transfer")), keep)
     train_ds = batched(train, sc.batch_size, shuffle_buffer=int(keep.sum()), seed=sc.seed)
-    dev_ds = batched(_subset(read_sharded(work.path("transfer_dev")), window_langs["dev"] == lang), sc.batch_size)
+    dev_ds = batched(subset(read_sharded(work.path("transfer_dev")), window_langs["dev"] == lang), sc.batch_size)
     dev = [s for s in dev_sentences if s.lang == lang]
     evaluate_fn = make_dev_f1(encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length),
                               [s.tags for s in dev], teacher.tag_vocab, scheme)
@@ -381,13 +419,75 @@ def table3_markdown(work_dir, strategies: Sequence[str], seeds: Optional[Sequenc
     return "\n".join(table3(teacher_scores, results, argmax_scores))
 
 
-def ablation_report(work: WorkDir, strategies: Sequence[str], seeds: Optional[Sequence[int]] = None) -> str:
+def transfer_results(work: WorkDir, strategies: Sequence[str], seeds: Optional[Sequence[int]],
+                     sizes: Sequence[int]) -> Dict[str, Dict[Optional[int], List[dict]]]:
+    """{strategy: {size (None: all): [step info of each seed's student]}}; a strategy that reads no
+    transfer text has one student for every size."""
+    return {name: {size: [work.step_info(strategy_step(name, seed, size if reads_transfer(name) else None))
+                          for seed in seeds or [None]] for size in [*sizes, None]}
+            for name in strategies}
+
+
+def transfer_table(split: str, teacher: dict, curve: Dict[str, Dict[Optional[int], List[dict]]],
+                   unlabeled: int) -> List[str]:
+    """Table 3 over transfer-set sizes: a row per number of unlabeled sentences (all of them last), a
+    column per strategy with its F1 (mean ± std over seeds) and share of the teacher's."""
+    reference = _summary_f1(teacher)
+    sizes = list(next(iter(curve.values())))
+    rows = []
+    for size in sizes:
+        row = [f"{unlabeled:,} (all)" if size is None else f"{size:,}"]
+        for by_size in curve.values():
+            values = [_summary_f1(info["scores"][split]) for info in by_size[size]]
+            row.append(_over_seeds(values) + (f" ({np.mean(values) / reference:.1%})" if reference else ""))
+        rows.append(row)
+    return _table(["unlabeled sentences", *curve], rows)
+
+
+def curve_points(split: str, teacher: dict, curve: Dict[str, Dict[Optional[int], List[dict]]], unlabeled: int
+                 ) -> Dict[str, List[Tuple[int, float, float]]]:
+    """{strategy: [(unlabeled sentences, mean F1 / teacher F1 in %, its std over seeds)]} for the plot."""
+    reference = _summary_f1(teacher)
+    points = {}
+    for name, by_size in curve.items():
+        points[name] = []
+        for size, infos in by_size.items():
+            shares = [100 * _summary_f1(info["scores"][split]) / reference for info in infos]
+            points[name].append((unlabeled if size is None else size, float(np.mean(shares)),
+                                 float(np.std(shares, ddof=1)) if len(shares) > 1 else 0.0))
+    return points
+
+
+def transfer_section(work: WorkDir, split: str, teacher: dict, strategies: Sequence[str],
+                     seeds: Optional[Sequence[int]], sizes: Sequence[int]) -> List[str]:
+    """The report's transfer-set size section; writes its plot (CURVE_PLOT) beside the report."""
+    from xtremedistil_tf.report import plot_transfer_curve
+
+    unlabeled = len(pipeline.load_data(work)["transfer"])
+    curve = transfer_results(work, strategies, seeds, sizes)
+    if reference := _summary_f1(teacher):
+        plot_transfer_curve(curve_points(split, teacher, curve, unlabeled), work.path(CURVE_PLOT))
+    return [f"## Transfer-set size (Table 3 over transfer data): {split} F1 (%)", "",
+            "Each strategy's student trained on every labeled sentence and N evenly spaced of the "
+            f"{unlabeled:,} unlabeled transfer sentences (--transfer_sizes; the same teacher and cache), its F1 "
+            "(the mean across languages, or F1" + (", mean ± std over the seeds" if seeds and len(seeds) > 1 else "")
+            + ") and its share of the teacher's. A strategy that reads no transfer text has one student for "
+            "every size." + (f" The shares are plotted in `{CURVE_PLOT}`." if reference else ""), "",
+            *transfer_table(split, teacher, curve, unlabeled),
+            *(["", f"![student F1 / teacher F1 against unlabeled transfer sentences]({CURVE_PLOT})"]
+              if reference else [])]
+
+
+def ablation_report(work: WorkDir, strategies: Sequence[str], seeds: Optional[Sequence[int]] = None,
+                    sizes: Sequence[int] = ()) -> str:
     teacher_scores, argmax_scores, results = _load_results(work, strategies, seeds)
     split = _split(teacher_scores)
     lines = ["# Distillation strategy ablation", "", f"Work dir: `{work.root}`", "",
              *table3(teacher_scores, results, argmax_scores)]
     if seeds is not None:
         lines += ["", *seeds_section(split, seeds, results)]
+    if sizes:
+        lines += ["", *transfer_section(work, split, teacher_scores[split], strategies, seeds, sizes)]
     lines += ["", f"## Table 3's ordering, seed by seed: {split} F1 (%)", "",
               "The paper's D4.2 ≥ D4.1 ≥ D3.2 > D3.1 and D1 > D0-S, for each pair of those strategies that was run: "
               "whether the first one's F1 (the mean across languages, or F1) reached the second one's.", "",

@@ -382,6 +382,8 @@ def student_fingerprint(sc: StudentConfig) -> dict:
     for f in fields(sc):
         if not f.compare:
             del fingerprint[f.name]
+    if fingerprint.get("transfer_sentences", 0) is None:   # all of the cache: as before the field existed
+        del fingerprint["transfer_sentences"]
     if sc.method == "multigrained":
         fingerprint["losses"] = sorted(sc.losses, key=LOSSES.index)
         if not set(sc.losses) & set(TOKEN_LEVEL):
@@ -407,15 +409,17 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
         train_windows = work.step_info("transfer")["train_windows"]
         start = time.time()
         log_dir = fresh_tensorboard_dir(work, name)
-        resume = dict(checkpoint_dir=checkpoint_dir(work, name, fingerprint), distribution=distribution)
+        run = dict(checkpoint_dir=checkpoint_dir(work, name, fingerprint), distribution=distribution)
+        if getattr(sc, "transfer_sentences", None) is not None:
+            run["transfer_keep"] = transfer_subset(work, cfg, splits, tokenizer, teacher)
         if cfg.data.task == CLASSIFICATION:
-            return _classifier_student(work, cfg, teacher, tokenizer, splits, train_windows, tmp, log_dir, resume)
+            return _classifier_student(work, cfg, teacher, tokenizer, splits, train_windows, tmp, log_dir, run)
         if sc.method == "multigrained":
             student, history = distil_multigrained(sc, teacher, tokenizer, work.path("transfer"), train_windows,
-                                                   splits["dev"], cfg.data.scheme, cfg.progress, log_dir, **resume)
+                                                   splits["dev"], cfg.data.scheme, cfg.progress, log_dir, **run)
         else:
             student, history = distil(sc, teacher, tokenizer, work.path("transfer"), work.path("transfer_dev"),
-                                      train_windows, splits["dev"], cfg.data.scheme, cfg.progress, log_dir, **resume)
+                                      train_windows, splits["dev"], cfg.data.scheme, cfg.progress, log_dir, **run)
         seconds = time.time() - start
         decoder = "crf" if sc.method == "multigrained" else "softmax"
         scores = {split: evaluate_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
@@ -430,6 +434,58 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
         work.run_step(name, fingerprint, build)
     clear_checkpoints(work, name)
     return fingerprint
+
+
+def check_transfer_sentences(count: int, available: int, flag: str = "--transfer_sizes") -> int:
+    """A number of unlabeled transfer sentences to learn from: 0 up to (not including) the
+    `available` ones of the work dir's data (all of them is the run without a limit)."""
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count < available:
+        have = (f"the data has {available:,} unlabeled transfer sentences, so give 0 to {available - 1:,} "
+                "(all of them is the run without a limit)" if available else
+                "the data has no unlabeled transfer sentences (--transfer_file or --transfer_from_train_rest)")
+        raise ConfigError(f"{flag}: {count!r} unlabeled sentences; {have}")
+    return int(count)
+
+
+def evenly_spaced(total: int, count: int) -> np.ndarray:
+    """`count` of the indices 0..total-1 spread evenly over them (the first one included): a
+    subset of the unlabeled text that keeps each language's share, since the transfer text comes
+    language by language."""
+    return (np.arange(count, dtype=np.int64) * total) // max(count, 1)
+
+
+def cached_sentence_index(sentences, tokenizer, teacher, windows: int, where: str,
+                          classification: bool = False) -> np.ndarray:
+    """The sentence of each window of a teacher-output cache over `sentences` (its first
+    `windows` examples), in cache order. Encoding is deterministic and windows follow sentence
+    order, so re-encoding recovers the cache's window -> sentence map without storing it; a text
+    classifier's cache has one example per text."""
+    from xtremedistil_tf.data.alignment import encode
+
+    if classification:
+        index = np.arange(len(sentences))
+    else:
+        index = np.asarray(encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length).sentence_index)
+    if len(index) != windows:
+        raise ConfigError(f"{where}: {len(index)} windows, but the teacher-output cache holds {windows}; "
+                          "rerun with --overwrite")
+    return index
+
+
+def transfer_subset(work: WorkDir, cfg: RunConfig, splits: dict, tokenizer, teacher) -> np.ndarray:
+    """For a student with `transfer_sentences` N: one bool per example of the transfer cache, true for
+    the windows of every labeled sentence and of N evenly spaced unlabeled ones (`evenly_spaced`)."""
+    train, unlabeled = splits["train"], splits["transfer"]
+    count = check_transfer_sentences(cfg.student.transfer_sentences, len(unlabeled))
+    index = cached_sentence_index(train + unlabeled, tokenizer, teacher, work.step_info("transfer")["windows"],
+                                  f"the transfer set of {work.root}", cfg.data.task == CLASSIFICATION)
+    chosen = np.zeros(len(train) + len(unlabeled), dtype=bool)
+    chosen[:len(train)] = True
+    chosen[len(train) + evenly_spaced(len(unlabeled), count)] = True
+    keep = chosen[index]
+    log.info("transfer set: the %d labeled sentences and %d of the %d unlabeled ones (%d of %d cached windows)",
+             len(train), count, len(unlabeled), int(keep.sum()), len(keep))
+    return keep
 
 
 def checkpoint_dir(work: WorkDir, step: str, fingerprint: dict) -> Path:
@@ -447,7 +503,7 @@ def clear_checkpoints(work: WorkDir, step: str) -> None:
 
 
 def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, splits, train_texts: int, tmp: Path,
-                        log_dir: Path, resume: dict):
+                        log_dir: Path, run: dict):
     from xtremedistil_tf.export.student import CLASSIFIER
     from xtremedistil_tf.training.classification import distil_classifier, evaluate_classifier_student
     from xtremedistil_tf.training.student_run import save_student
@@ -455,7 +511,7 @@ def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, split
     start = time.time()
     student, history = distil_classifier(cfg.student, teacher, tokenizer, work.path("transfer"),
                                          work.path("transfer_dev"), train_texts, splits["dev"], cfg.progress,
-                                         log_dir, **resume)
+                                         log_dir, **run)
     seconds = time.time() - start
     scores = {split: evaluate_classifier_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
                                                  splits[split])

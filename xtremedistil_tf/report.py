@@ -21,6 +21,7 @@ as `teacher (argmax)`, with a one-line hint (`with_argmax_teacher`).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -148,6 +149,29 @@ def plot_figure1(points: List[dict], path: Path, teacher_f1: Optional[float] = N
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_transfer_curve(points: Dict[str, List[Tuple[int, float, float]]], path: Path) -> None:
+    """Student F1 as a share of the teacher's (%) against the number of unlabeled transfer sentences,
+    one line per strategy ({strategy: [(sentences, share, std over seeds)]}; bin/ablate
+    --transfer_sizes), with the teacher (100%) and the papers' 95% marked. Written atomically."""
+    fig, axis = plt.subplots(figsize=(6.5, 4.2))
+    for name, values in points.items():
+        xs, ys, errors = zip(*sorted(values))
+        axis.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=name)
+    axis.axhline(100.0, color="k", linewidth=1, label="teacher")
+    axis.axhline(95.0, color="k", linewidth=1, linestyle=":", label="95% of the teacher")
+    axis.set_xlabel("unlabeled transfer sentences")
+    axis.set_ylabel("student F1 / teacher F1 (%)")
+    axis.set_title("Student F1 against transfer-set size")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+    os.replace(tmp, path)
 
 
 def plot_languages(series: Dict[str, Dict[str, float]], path: Path) -> None:

@@ -4,6 +4,7 @@ teacher-output cache.
     bin/ablate --flagfile=configs/wikiann.flags --data_dir=/path/to/wikiann --langs=en,de \
         --work_dir=runs/ablate --strategies=D0,D0-S,D4.2
     bin/ablate ... --strategies=D0-S,D1,D3.2,D4.1,D4.2 --seeds=1,2,3   # a student per strategy and seed
+    bin/ablate ... --strategies=D0-S,D4.2 --transfer_sizes=0,10000      # and per unlabeled-set size
     bin/ablate --flagfile=configs/msra.flags --data_dir=/path/to/msra --work_dir=runs/msra-ablate \
         --variants=vanilla,TE,TE+SEQ,TE+DA,TE+DA+SEQ
     bin/ablate ... --method=multigrained --variants=vanilla,TE+DA+SEQ,TE+DA+SEQ@equal --seeds=1,2,3
@@ -13,8 +14,10 @@ Takes every flag of bin/train (defined by importing xtremedistil_tf.cli.train). 
 --method=multigrained, each of --variants sets --student_embeddings, --mg_losses,
 --loss_weighting and --use_unlabeled. With --seeds, each strategy (or variant) is distilled once
 per seed from the same teacher and cache, and ablation.md reports the mean ± std over seeds, each
-seed's F1 and, seed by seed, Table 3's ordering (uncertainty against equal weighting for variants). Rerunning the same command resumes at the first
-unfinished student. Writes <work_dir>/ablation.md (docs/ablation.md explains the tables) and
+seed's F1 and, seed by seed, Table 3's ordering (uncertainty against equal weighting for variants).
+With --transfer_sizes, each strategy that reads the transfer set is also distilled from N of its
+unlabeled sentences for each N, and ablation.md adds that table with transfer_curve.png. Rerunning
+the same command resumes at the first unfinished student. Writes <work_dir>/ablation.md (docs/ablation.md explains the tables) and
 prints its Table 3 (XtremeDistil) or the whole report (multi-grained).
 """
 from __future__ import annotations
@@ -38,6 +41,12 @@ flags.DEFINE_list("seeds", None,
                   "non-negative integers, e.g. 1,2,3), each student in ablate/seed-<n>/<name>/, from one teacher "
                   "and one teacher-output cache (--seed makes those); ablation.md gives the mean ± std over seeds. "
                   "Default: one student per strategy or variant, of --seed.")
+flags.DEFINE_list("transfer_sizes", None,
+                  "--method=xtremedistil: also distil each strategy that reads the transfer set from the labeled "
+                  "sentences and only N evenly spaced unlabeled ones, for each N given (e.g. 0,10000; fewer than the "
+                  "data's unlabeled sentences), each student in ablate/[seed-<n>/]transfer-<N>/<strategy>/ from the same "
+                  "teacher and cache; ablation.md adds F1 by size (Table 3 over transfer data) and transfer_curve.png. "
+                  "Default: the whole transfer set only.")
 flags.DEFINE_list("variants", list(DEFAULT_VARIANTS),
                   "--method=multigrained: students to compare, in run order (default: every row of the paper's "
                   f"Tables 1-3); any of {', '.join(v.name for v in VARIANTS)}.")
@@ -47,22 +56,26 @@ def _refuse_other_method_flag() -> None:
     used, other = ("variants", "strategies") if FLAGS.method == "multigrained" else ("strategies", "variants")
     if FLAGS[other].present:
         raise ConfigError(f"--{other} does not apply to --method={FLAGS.method}; use --{used}")
+    if FLAGS.method == "multigrained" and FLAGS["transfer_sizes"].present:
+        raise ConfigError("--transfer_sizes is for --method=xtremedistil's strategies; the multi-grained variants "
+                          "take the unlabeled text whole (DA) or not at all")
 
 
 def ablate() -> None:
-    from xtremedistil_tf.ablate import check_seeds, check_strategies, run_ablation, table3_markdown
+    from xtremedistil_tf.ablate import check_seeds, check_strategies, check_transfer_sizes, run_ablation, table3_markdown
     from xtremedistil_tf.ablate_multigrained import check_variants, run_variants
 
     _refuse_other_method_flag()
     multigrained = FLAGS.method == "multigrained"
     names = check_variants(FLAGS.variants) if multigrained else check_strategies(FLAGS.strategies)
     seeds = check_seeds(FLAGS.seeds) if FLAGS["seeds"].present else None
+    sizes = check_transfer_sizes(FLAGS.transfer_sizes) if FLAGS["transfer_sizes"].present else None
     cfg = train_cli.config_from_flags()
     log_to_work_dir(cfg.work_dir)
     if multigrained:
         print(run_variants(cfg, names, seeds), file=sys.stdout, flush=True)
     else:
-        run_ablation(cfg, names, seeds)
+        run_ablation(cfg, names, seeds, sizes)
         print(table3_markdown(cfg.work_dir, names, seeds), file=sys.stdout, flush=True)
     print(f"\nfull report: {cfg.work_dir}/ablation.md", file=sys.stdout, flush=True)
 

@@ -396,3 +396,12 @@ def read_sharded(out_dir: str | os.PathLike, *, keys: Optional[Iterable[str]] = 
     ds = ds.map(_parser(features, keys, cast_float32),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.apply(tf.data.experimental.assert_cardinality(manifest["num_examples"]))
+
+
+def subset(ds: tf.data.Dataset, keep: np.ndarray) -> tf.data.Dataset:
+    """The elements of ``ds`` where ``keep`` (one bool per element, in order) is True; elements
+    past the end of ``keep`` are dropped."""
+    keep = np.asarray(keep, dtype=bool)
+    mask = tf.constant(keep)
+    kept = ds.take(len(keep)).enumerate().filter(lambda i, _: tf.gather(mask, i)).map(lambda _, x: x)
+    return kept.apply(tf.data.experimental.assert_cardinality(int(keep.sum())))

@@ -63,15 +63,16 @@ def make_dev_class_f1(sentences: Sequence[Sentence], tokenizer, vocab: ClassVoca
 
 def distil_classifier(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_texts: int,
                       dev: Sequence[Sentence], progress: bool = False, log_dir=None, checkpoint_dir=None,
-                      distribution=None):
+                      distribution=None, transfer_keep=None):
     """Distil a new classifier with the configured strategy; returns (student, history).
 
-    The labeled texts are the first `train_texts` examples of the transfer cache, as for tagging."""
+    The labeled texts are the first `train_texts` examples of the transfer cache, as for tagging;
+    `transfer_keep`: student_run.staged_sources's."""
     tf.keras.utils.set_random_seed(cfg.seed)
     with scope_of(distribution):
         student = build_resumable(build_classifier_student, cfg, teacher)
     train_ds, transfer_ds, dev_ds = staged_sources(cfg, transfer_dir, dev_cache_dir, train_texts,
-                                                   pad_id=teacher.tag_vocab.pad_id)
+                                                   pad_id=teacher.tag_vocab.pad_id, transfer_keep=transfer_keep)
     evaluate_fn = make_dev_class_f1(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
                             distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn,

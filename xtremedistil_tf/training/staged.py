@@ -61,6 +61,9 @@ class DistilConfig:
     gamma: float = 1.0
     representation_loss: str = DEFAULT_REPRESENTATION_LOSS
     seed: int = DEFAULT_SEED  # epoch seeds (data order, dropout) derive from it: engine/resume.py
+    # Unlabeled transfer sentences the transfer stages read: N evenly spaced ones of the cache (the
+    # labeled ones always), bin/ablate --transfer_sizes; None: all (left out of the fingerprint then).
+    transfer_sentences: Optional[int] = None
     pad_id: Optional[int] = field(default=None, compare=False)
     verbose: int = field(default=0, compare=False)
     # Every step compiles a fresh model, so graph tracing is paid per step; for tiny students on a

@@ -29,7 +29,7 @@ from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.xtremedistil import TEACHER_MASK, teacher_mask
 from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
 from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, StudentArch
-from xtremedistil_tf.teachers.cache import load_manifest, read_sharded
+from xtremedistil_tf.teachers.cache import load_manifest, read_sharded, subset
 from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
 from xtremedistil_tf.training.multigrained import MultiGrainedConfig
 from xtremedistil_tf.training.staged import INPUT_KEYS, DistilConfig, batched, make_dev_f1, train_student
@@ -127,12 +127,14 @@ def staged_datasets(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_exampl
 
 
 def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_examples: int,
-                   shuffle_buffer: Optional[int] = None, pad_id: Optional[int] = None):
+                   shuffle_buffer: Optional[int] = None, pad_id: Optional[int] = None,
+                   transfer_keep: Optional[np.ndarray] = None):
     """`staged_datasets` as per-epoch sources for `train_student`: (labeled train, transfer) as
     functions `seed -> batches` whose shuffle order is fixed by the epoch's seed (exact resume,
     engine/resume.py), and dev batches. With no labeled examples (`train_examples` 0, a teacher
     used as it is) the "train" source is the transfer set labeled with the teacher's own argmax
-    (`teacher_labeled`; `pad_id` is the label of padding pieces)."""
+    (`teacher_labeled`; `pad_id` is the label of padding pieces). `transfer_keep` (one bool per
+    cached example, pipeline.transfer_subset) limits the transfer source to those examples."""
     shuffle_buffer = min(50_000, 10 * cfg.batch_size) if shuffle_buffer is None else shuffle_buffer
     if shuffle_buffer < 1:
         raise ConfigError(f"shuffle_buffer must be >= 1 window, got {shuffle_buffer}")
@@ -145,6 +147,8 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
                                 pad_id, train_keys)
         train_buffer = shuffle_buffer
     transfer = read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "transfer")))
+    if transfer_keep is not None:
+        transfer = subset(transfer, transfer_keep)
 
     def train_for(seed: int) -> tf.data.Dataset:
         return batched(train, cfg.batch_size, shuffle_buffer=train_buffer, seed=seed, reshuffle=False)
@@ -186,12 +190,12 @@ def build_resumable(build, *args, **kwargs) -> tf.keras.Model:
 
 def distil(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
            dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None, checkpoint_dir=None,
-           distribution=None):
+           distribution=None, transfer_keep: Optional[np.ndarray] = None):
     """Distil a new student with the configured strategy; returns (student, history).
 
     The labeled train windows are the first `train_windows` examples of the transfer cache (the
     pipeline caches train before any unlabeled text); the dev cache carries teacher outputs so
-    every step can be selected by its stage's loss on dev.
+    every step can be selected by its stage's loss on dev. `transfer_keep`: staged_sources's.
     """
     from xtremedistil_tf.engine.distribute import scope_of
     from xtremedistil_tf.engine.resume import EpochCheckpoint
@@ -200,7 +204,7 @@ def distil(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, t
     with scope_of(distribution):
         student = build_resumable(build_student, cfg, teacher, scheme)
     train_ds, transfer_ds, dev_ds = staged_sources(cfg, transfer_dir, dev_cache_dir, train_windows,
-                                                   pad_id=teacher.tag_vocab.pad_id)
+                                                   pad_id=teacher.tag_vocab.pad_id, transfer_keep=transfer_keep)
     dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     evaluate_fn = make_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,

@@ -213,3 +213,16 @@ def test_predict_text_format():
     assert as_text(record).splitlines() == ["John lives in Paris", "  PER          John  (0.98)",
                                             "  LOC          Paris  (0.50)"]
     assert as_text({"text": "", "entities": []}) == "\n  (no entities)"
+
+
+@pytest.mark.parametrize("scores, older", [
+    ({"dev": {"all": {"f1": 0.5}}, "test": {"all": {"f1": 0.4}}}, True),       # a token teacher's own decoding
+    ({"dev": {"decode": "constrained", "all": {"f1": 0.5}}}, False),           # decoded as the students
+    ({"dev": {"all": {"accuracy": 0.9, "f1": 0.8}}}, False),                    # a text classifier's
+    ({}, False),                                                               # nothing scored
+])
+def test_which_teacher_scores_predate_the_decoded_ones(scores, older):
+    """The one test, shared by the pipeline's upgrade of an old teacher step and the report of an old metrics.json."""
+    from xtremedistil_tf.evaluate import predates_decoded_teacher_scores
+
+    assert predates_decoded_teacher_scores(scores) is older

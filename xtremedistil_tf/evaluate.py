@@ -115,3 +115,10 @@ def score_by_language(gold, pred, langs: Sequence[Optional[str]], scheme: str = 
         result["f1_mean"] = float(f1s.mean())
         result["f1_std"] = float(f1s.std())
     return result
+
+
+def predates_decoded_teacher_scores(scores: Dict[str, dict]) -> bool:
+    """Whether a teacher step's recorded `scores` ({split: scores}) are from before the step scored the
+    teacher decoded as the students (pipeline.step_teacher marks those with "decode"): a token teacher's
+    own decoding then. A text classifier's scores (with accuracy) never carry the mark."""
+    return bool(scores) and not any("decode" in s or "accuracy" in s["all"] for s in scores.values())

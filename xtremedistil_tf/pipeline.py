@@ -29,6 +29,7 @@ from xtremedistil_tf.data.classification import class_labels_of
 from xtremedistil_tf.data.inputs import input_files
 from xtremedistil_tf.data.loading import SPLITS, DataConfig, labels_of, load_splits, read_jsonl, write_jsonl
 from xtremedistil_tf.errors import ConfigError, Interrupted
+from xtremedistil_tf.evaluate import predates_decoded_teacher_scores
 from xtremedistil_tf.io import atomic_write_json, dir_size, read_json
 from xtremedistil_tf.lock import work_dir_lock
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult
@@ -263,7 +264,7 @@ def _add_decoded_scores(work: WorkDir, cfg: RunConfig) -> None:
     from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 
     scores = work.step_info("teacher")["scores"]
-    if cfg.data.task == CLASSIFICATION or all("decode" in s for s in scores.values()):
+    if cfg.data.task == CLASSIFICATION or not predates_decoded_teacher_scores(scores):
         return
     if cfg.teacher.head == "crf":
         work.add_info("teacher", {"scores": {split: {"decode": DEFAULT_DECODE, **s} for split, s in scores.items()}})

@@ -30,6 +30,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers and CI
 import matplotlib.pyplot as plt  # noqa: E402
 
+from xtremedistil_tf.evaluate import predates_decoded_teacher_scores  # noqa: E402
 from xtremedistil_tf.io import atomic_dir, atomic_write_text, dir_size, markdown_table as _table, read_json  # noqa: E402
 
 PLOTS_DIR = "report_plots"
@@ -52,8 +53,8 @@ def with_argmax_teacher(metrics: dict, config: dict) -> Tuple[dict, Optional[str
     decoded as the students (a softmax token teacher's `scores` without "decode": argmax at each word's
     first piece) those scores as the teacher's `argmax_scores` and none as decoded, with a one-line hint."""
     teacher = metrics.get("teacher")
-    if not teacher or "argmax_scores" in teacher or (config.get("teacher") or {}).get("head") == "crf" or any(
-            "decode" in s or "accuracy" in s["all"] for s in teacher["scores"].values()):
+    if not teacher or "argmax_scores" in teacher or (config.get("teacher") or {}).get("head") == "crf" or \
+            not predates_decoded_teacher_scores(teacher["scores"]):
         return metrics, None
     return ({**metrics, "teacher": {**teacher, "scores": {}, "argmax_scores": teacher["scores"]}},
             "The teacher has only argmax scores here (metrics.json is older than its scores decoded as the "

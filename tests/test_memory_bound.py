@@ -12,7 +12,7 @@ from xtremedistil_tf.teachers.cache import load_manifest, read_sharded
 from xtremedistil_tf.training import multigrained as mg
 from xtremedistil_tf.training import student_run
 from xtremedistil_tf.training.staged import DistilConfig
-from xtremedistil_tf.training.student_run import source_keys, staged_datasets
+from xtremedistil_tf.training.student_run import source_keys, staged_sources
 
 SHAPE = dict(seq=8, hidden=4, kbest=2)
 BATCH, STEPS, LABELED = 8, 5, 40
@@ -52,7 +52,8 @@ def _pulled_by_staged(monkeypatch, directory, dev, shuffle_buffer=None):
     counter = Counter()
     monkeypatch.setattr(student_run, "read_sharded", counter.read_sharded(student_run.read_sharded))
     cfg = DistilConfig(batch_size=BATCH, seed=0)
-    _, transfer_ds, _ = staged_datasets(cfg, directory, dev, LABELED, shuffle_buffer=shuffle_buffer)
+    _, transfer_for, _ = staged_sources(cfg, directory, dev, LABELED, shuffle_buffer=shuffle_buffer)
+    transfer_ds = transfer_for(0)
     assert sum(1 for _ in transfer_ds.take(STEPS)) == STEPS
     train_count, transfer_count, dev_count = counter.counts
     assert train_count == dev_count == 0
@@ -68,8 +69,9 @@ def test_staged_transfer_reads_the_same_for_a_5x_larger_cache(caches, monkeypatc
 
 
 def test_staged_sets_hold_only_what_their_losses_use(caches):
-    train_ds, transfer_ds, dev_ds = staged_datasets(DistilConfig(batch_size=BATCH), caches / "small",
-                                                    caches / "dev", LABELED)
+    train_for, transfer_for, dev_ds = staged_sources(DistilConfig(batch_size=BATCH), caches / "small",
+                                                     caches / "dev", LABELED)
+    train_ds, transfer_ds = train_for(0), transfer_for(0)
     # The labeled set is shuffled whole: ids, mask and tags only, never the hidden states.
     assert set(train_ds.element_spec) == {"input_ids", "attention_mask", "label_ids"}
     assert set(transfer_ds.element_spec) == {"input_ids", "attention_mask", "label_ids", "logits", "hidden"}
@@ -77,7 +79,7 @@ def test_staged_sets_hold_only_what_their_losses_use(caches):
     assert sum(int(b["input_ids"].shape[0]) for b in train_ds) == LABELED
     assert source_keys("D0-S", "transfer") == ("input_ids", "attention_mask", "label_ids")
     with pytest.raises(ConfigError, match="shuffle_buffer"):
-        staged_datasets(DistilConfig(), caches / "small", caches / "dev", LABELED, shuffle_buffer=0)
+        staged_sources(DistilConfig(), caches / "small", caches / "dev", LABELED, shuffle_buffer=0)
 
 
 def _pulled_by_multigrained(directory, shuffle_buffer):

@@ -12,7 +12,7 @@ caches are deleted afterwards).
 Each (loop, size) runs in a fresh Python process, so its peak RSS (`getrusage(RUSAGE_SELF)
 .ru_maxrss`, the kernel's VmHWM) is that run's alone, and trains for the same number of batches
 at every size (compute equal, only the data size differs):
-- staged: XtremeDistil D4.2 through `student_run.staged_datasets` + `staged.train_student`, the
+- staged: XtremeDistil D4.2 through `student_run.staged_sources` + `staged.train_student`, the
   code `bin/train --method=xtremedistil` runs, one epoch per unfreeze step, the transfer epoch cut
   to `--memory_steps` batches *after* the pipeline's shuffle (so the shuffle buffer fills from
   the whole cache, as in a real epoch); the labeled stage runs its 63 batches of 2,000 windows.
@@ -119,19 +119,19 @@ def _peak_rss_mib() -> float:
 
 
 def train_staged(transfer_dir, dev_dir, steps: int) -> Dict[str, float]:
-    """D4.2 on the cache through the pipeline's staged_datasets and train_student (see module doc)."""
+    """D4.2 on the cache through the pipeline's staged_sources and train_student (see module doc)."""
     import tensorflow as tf
 
     from xtremedistil_tf.students import build_bilstm_student
     from xtremedistil_tf.training.staged import DistilConfig, train_student
-    from xtremedistil_tf.training.student_run import staged_datasets
+    from xtremedistil_tf.training.student_run import staged_sources
 
     config = DistilConfig(pad_id=PAD_ID, epochs_per_layer=1, patience=None, batch_size=BATCH, seed=0)
     tf.keras.utils.set_random_seed(config.seed)
-    train_ds, transfer_ds, dev_ds = staged_datasets(config, transfer_dir, dev_dir, LABELED)
+    train_for, transfer_for, dev_ds = staged_sources(config, transfer_dir, dev_dir, LABELED)
     student = build_bilstm_student(VOCAB, TAGS, embedding_dim=EMBEDDING, hidden=UNITS, teacher_hidden=HIDDEN)
     before, start = _rss_mib(), time.perf_counter()
-    history = train_student("D4.2", student, train_ds, transfer_ds.take(steps), dev_ds, config)
+    history = train_student("D4.2", student, train_for, lambda seed: transfer_for(seed).take(steps), dev_ds, config)
     return {"rss_before_mib": before, "seconds": time.perf_counter() - start, "fits": len(history.steps)}
 
 

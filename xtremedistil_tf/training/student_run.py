@@ -104,37 +104,22 @@ def with_teacher_mask(cache_dir, keys: Sequence[str]) -> Tuple[str, ...]:
     return keys
 
 
-def staged_datasets(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_examples: int,
-                    shuffle_buffer: Optional[int] = None):
-    """(labeled train, whole transfer set, dev) batches from the caches for the staged loop; the
-    labeled examples are the first `train_examples` of the transfer cache.
+def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_examples: int,
+                   shuffle_buffer: Optional[int] = None, pad_id: Optional[int] = None,
+                   transfer_keep: Optional[np.ndarray] = None):
+    """The staged loop's data from the caches: (labeled train, transfer) as per-epoch sources for
+    `train_student`, functions `seed -> batches` whose shuffle order is fixed by the epoch's seed
+    (exact resume, engine/resume.py), and dev batches. The labeled examples are the first
+    `train_examples` of the transfer cache. With none (`train_examples` 0, a teacher used as it
+    is) the "train" source is the transfer set labeled with the teacher's own argmax
+    (`teacher_labeled`; `pad_id` is the label of padding pieces). `transfer_keep` (one bool per
+    cached example, pipeline.transfer_subset) limits the transfer source to those examples.
 
     Memory (docs/benchmarks.md, "Peak memory of student training"): the shuffle buffers are what
     the input pipeline holds. Each set reads only the features its losses use, so the labeled set,
     shuffled whole, holds ids, mask and tags (3 x T int32 per window, never the hidden states); the
     transfer set goes through a buffer of `shuffle_buffer` windows (default min(50,000, 10 x batch
-    size)) whatever its size: at most that many windows x (ids, mask, tags, logits, float32 hidden).
-    """
-    shuffle_buffer = min(50_000, 10 * cfg.batch_size) if shuffle_buffer is None else shuffle_buffer
-    if shuffle_buffer < 1:
-        raise ConfigError(f"shuffle_buffer must be >= 1 window, got {shuffle_buffer}")
-    train = read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "train")))
-    train = train.take(train_examples)
-    train_ds = batched(train, cfg.batch_size, shuffle_buffer=train_examples, seed=cfg.seed)
-    transfer = read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "transfer")))
-    transfer_ds = batched(transfer, cfg.batch_size, shuffle_buffer=shuffle_buffer, seed=cfg.seed)
-    return train_ds, transfer_ds, batched(read_sharded(dev_cache_dir), cfg.batch_size)
-
-
-def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_examples: int,
-                   shuffle_buffer: Optional[int] = None, pad_id: Optional[int] = None,
-                   transfer_keep: Optional[np.ndarray] = None):
-    """`staged_datasets` as per-epoch sources for `train_student`: (labeled train, transfer) as
-    functions `seed -> batches` whose shuffle order is fixed by the epoch's seed (exact resume,
-    engine/resume.py), and dev batches. With no labeled examples (`train_examples` 0, a teacher
-    used as it is) the "train" source is the transfer set labeled with the teacher's own argmax
-    (`teacher_labeled`; `pad_id` is the label of padding pieces). `transfer_keep` (one bool per
-    cached example, pipeline.transfer_subset) limits the transfer source to those examples."""
+    size)) whatever its size: at most that many windows x (ids, mask, tags, logits, float32 hidden)."""
     shuffle_buffer = min(50_000, 10 * cfg.batch_size) if shuffle_buffer is None else shuffle_buffer
     if shuffle_buffer < 1:
         raise ConfigError(f"shuffle_buffer must be >= 1 window, got {shuffle_buffer}")

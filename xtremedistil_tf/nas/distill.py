@@ -12,7 +12,6 @@ takes its directory as a --teacher to fine-tune.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -30,7 +29,6 @@ from xtremedistil_tf.losses.hidden import (HiddenStateProjections, attention_inp
                                            hidden_state_loss, mapped_pairs, minilm_v2_loss)
 from xtremedistil_tf.nas.space import Arch
 
-log = logging.getLogger(__name__)
 
 OBJECTIVES = ("hs", "minilm", "hs+minilm")
 # Student config fields copied from the teacher: the vocabulary and input sizes must match its tokenizer.

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -178,9 +178,6 @@ class LatencyTable:
 
     def latency(self, arch: Arch) -> float:
         return self.overhead_ms(arch.hidden) + arch.layers * self.block_ms(arch)
-
-    def all_latencies(self, space: SearchSpace) -> Dict[str, float]:
-        return {arch.key: self.latency(arch) for arch in space.states}
 
     @property
     def verification(self) -> List[dict]:

@@ -89,11 +89,6 @@ class SearchSpace:
             raise ConfigError(f"no layer count in {self.layers} is <= {max_layers}")
         return SearchSpace(layers, self.heads, self.hidden, self.intermediate, self.activations)
 
-    def contains(self, arch: Arch) -> bool:
-        return (arch.layers in self.layers and arch.heads in self.heads and arch.hidden in self.hidden
-                and arch.intermediate in self.intermediate and arch.activation in self.activations
-                and arch.hidden % arch.heads == 0)
-
     @property
     def encoding_size(self) -> int:
         return sum(len(v) for v in (self.layers, self.heads, self.hidden, self.intermediate, self.activations))

@@ -9,7 +9,6 @@ dual training can pick either segmentation word by word.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, List, Sequence
@@ -17,7 +16,6 @@ from typing import Iterable, List, Sequence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
 
-log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

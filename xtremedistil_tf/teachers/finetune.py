@@ -3,7 +3,6 @@ layer-wise learning-rate decay, early stopping on dev entity F1 with best-weight
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -24,7 +23,6 @@ from xtremedistil_tf.engine.tensorboard import ScalarLog, current_learning_rate
 from xtremedistil_tf.losses.sequence import labeled_rows
 from xtremedistil_tf.losses.xtremedistil import label_mask
 
-log = logging.getLogger(__name__)
 
 _LAYER_RE = re.compile(r"layer_\._(\d+)/")
 

@@ -115,6 +115,11 @@ def test_staged_sources_reads_only_the_kept_windows_of_the_transfer_cache(tmp_pa
     # The labeled source is the first 10 windows, whatever the transfer source keeps.
     labeled = np.concatenate([batch["input_ids"].numpy() for batch in train_for(0)])
     assert sorted(map(bytes, labeled)) == sorted(map(bytes, cached[:10]))
+    # Without labeled windows the label stages learn the teacher's argmax over the same kept windows.
+    teacher_labeled_for, _, _ = staged_sources(cfg, tmp_path / "transfer", tmp_path / "dev", 0,
+                                               pad_id=memory.PAD_ID, transfer_keep=keep)
+    relabeled = np.concatenate([batch["input_ids"].numpy() for batch in teacher_labeled_for(0)])
+    assert sorted(map(bytes, relabeled)) == sorted(map(bytes, cached[keep]))
 
 
 def _info(f1_by_lang):

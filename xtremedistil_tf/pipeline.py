@@ -437,14 +437,14 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
     return fingerprint
 
 
-def check_transfer_sentences(count: int, available: int, flag: str = "--transfer_sizes") -> int:
+def check_transfer_sentences(count: int, available: int) -> int:
     """A number of unlabeled transfer sentences to learn from: 0 up to (not including) the
     `available` ones of the work dir's data (all of them is the run without a limit)."""
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count < available:
         have = (f"the data has {available:,} unlabeled transfer sentences, so give 0 to {available - 1:,} "
                 "(all of them is the run without a limit)" if available else
                 "the data has no unlabeled transfer sentences (--transfer_file or --transfer_from_train_rest)")
-        raise ConfigError(f"{flag}: {count!r} unlabeled sentences; {have}")
+        raise ConfigError(f"--transfer_sizes: {count!r} unlabeled sentences; {have}")
     return int(count)
 
 

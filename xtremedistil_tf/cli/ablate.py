@@ -17,8 +17,9 @@ per seed from the same teacher and cache, and ablation.md reports the mean ± st
 seed's F1 and, seed by seed, Table 3's ordering (uncertainty against equal weighting for variants).
 With --transfer_sizes, each strategy that reads the transfer set is also distilled from N of its
 unlabeled sentences for each N, and ablation.md adds that table with transfer_curve.png. Rerunning
-the same command resumes at the first unfinished student. Writes <work_dir>/ablation.md (docs/ablation.md explains the tables) and
-prints its Table 3 (XtremeDistil) or the whole report (multi-grained).
+the same command resumes at the first unfinished student. Writes <work_dir>/ablation.md
+(docs/ablation.md explains the tables) and prints its Table 3 (XtremeDistil) or the whole report
+(multi-grained).
 """
 from __future__ import annotations
 

@@ -113,7 +113,8 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
     `train_examples` of the transfer cache. With none (`train_examples` 0, a teacher used as it
     is) the "train" source is the transfer set labeled with the teacher's own argmax
     (`teacher_labeled`; `pad_id` is the label of padding pieces). `transfer_keep` (one bool per
-    cached example, pipeline.transfer_subset) limits the transfer source to those examples.
+    cached example, pipeline.transfer_subset) limits the transfer source, and a teacher-labeled
+    train source, to those examples.
 
     Memory (docs/benchmarks.md, "Peak memory of student training"): the shuffle buffers are what
     the input pipeline holds. Each set reads only the features its losses use, so the labeled set,
@@ -123,17 +124,19 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
     shuffle_buffer = min(50_000, 10 * cfg.batch_size) if shuffle_buffer is None else shuffle_buffer
     if shuffle_buffer < 1:
         raise ConfigError(f"shuffle_buffer must be >= 1 window, got {shuffle_buffer}")
+    def limited(ds: tf.data.Dataset) -> tf.data.Dataset:
+        return ds if transfer_keep is None else subset(ds, transfer_keep)
+
     train_keys = with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "train"))
     if train_examples:
         train, train_buffer = read_sharded(transfer_dir, keys=train_keys).take(train_examples), train_examples
     else:
         log.info("no labeled train examples: the label (CE) losses learn the teacher's argmax over the transfer set")
-        train = teacher_labeled(read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir, (*train_keys, "logits"))),
-                                pad_id, train_keys)
+        train = teacher_labeled(limited(read_sharded(transfer_dir, keys=with_teacher_mask(
+            transfer_dir, (*train_keys, "logits")))), pad_id, train_keys)
         train_buffer = shuffle_buffer
-    transfer = read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "transfer")))
-    if transfer_keep is not None:
-        transfer = subset(transfer, transfer_keep)
+    transfer = limited(read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir,
+                                                                         source_keys(cfg.strategy, "transfer"))))
 
     def train_for(seed: int) -> tf.data.Dataset:
         return batched(train, cfg.batch_size, shuffle_buffer=train_buffer, seed=seed, reshuffle=False)

@@ -93,9 +93,10 @@ def test_cached_table_is_reused_and_interrupted_build_resumes(tmp_path, fake_tim
 
 @pytest.mark.slow
 def test_real_timers_measure_bigger_blocks_as_slower():
-    base = {"vocab_size": 30, "max_position_embeddings": 16, "type_vocab_size": 2}
-    small = latency.ffn_latency(base, 32, 64, "relu", [8], runs=3, reps=2)
-    large = latency.ffn_latency(base, 32, 4096, "relu", [8], runs=3, reps=2)
+    base = {"vocab_size": 30, "max_position_embeddings": 64, "type_vocab_size": 2}
+    # 64 pieces: the 64x larger FFN is compute, not call overhead, so a busy machine cannot swap them.
+    small = latency.ffn_latency(base, 32, 64, "relu", [64], runs=3, reps=2)
+    large = latency.ffn_latency(base, 32, 4096, "relu", [64], runs=3, reps=2)
     assert 0 < small < large
     assert latency.attention_latency(base, 2, 32, [8], runs=2, reps=2) > 0
     assert latency.model_latency({**base, "num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2,

@@ -256,9 +256,11 @@ def test_bin_train_refuses_a_locked_work_dir_in_one_line(tmp_path, tiny_bert_dir
 def test_ctrl_c_gives_one_line_exit_130_and_no_half_written_step(tmp_path, tiny_bert_dir):
     corpus = make_corpus(tmp_path / "corpus")
     work = tmp_path / "work"
+    # A terminal's Ctrl-C: the default SIGINT disposition, even when this pytest was started in the background
+    # (`nohup ... &` ignores SIGINT, and an ignored signal stays ignored in children; Python then installs no handler).
     proc = subprocess.Popen([sys.executable, str(REPO / "bin" / "train"), *base_flags(corpus, tiny_bert_dir, work),
                              "--teacher_epochs=50", "--patience=50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV)
+                            env=ENV, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while time.time() < deadline and "step teacher: running" not in _text(work / "run.log"):
         time.sleep(0.2)

@@ -491,6 +491,26 @@ def test_bin_ablate_seeds_trains_a_student_per_seed_from_one_teacher_and_reports
     assert report.index("seed 1:") < report.index("seed 2:")
 
 
+@END_TO_END
+def test_strategies_that_begin_alike_train_the_representation_stage_once(ablation, tmp_path, caplog):
+    import logging
+    import shutil
+
+    cfg, _, _ = ablation
+    work = tmp_path / "work"   # a copy of the shared run's teacher and cache
+    shutil.copytree(cfg.work_dir, work)
+    shared_cfg = replace(cfg, work_dir=str(work))
+    with caplog.at_level(logging.INFO, logger="xtremedistil_tf.training.staged"):
+        ablate.run_ablation(shared_cfg, ["D3.1", "D4.1"])
+    continued = [r.getMessage() for r in caplog.records if "from an earlier student" in r.getMessage()]
+    assert len(continued) == 1 and continued[0].startswith("[student] D4.1: stage 1 continues (representation)")
+    steps = {name: info(shared_cfg, f"ablate/{name}")["history"]["steps"] for name in ("D3.1", "D4.1")}
+    assert steps["D4.1"][0] == steps["D3.1"][0] and steps["D4.1"][0]["stage_name"] == "representation"
+    assert [s["stage"] for s in steps["D4.1"]] == [1, 2, 3]
+    # Nothing is left once every student that could use it is done.
+    assert not (work / "checkpoints" / pipeline.SHARED_STAGES).exists()
+
+
 # ----------------------------------------------------------------------------- --transfer_from_train_rest
 
 def test_transfer_from_train_rest_is_the_rest_of_each_languages_train_file_without_labels(corpus):

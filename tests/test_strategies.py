@@ -9,6 +9,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.students import build_bilstm_student, svd_reduce
 from xtremedistil_tf.engine.callbacks import BestSoFar
+from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages
 from xtremedistil_tf.training.staged import DistilConfig, make_dev_f1, predict_tags, train_student
 from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
 
@@ -69,11 +70,11 @@ def _teacher_word_embeddings(windows, vocab_size, seed):
     return matrix
 
 
-def _student(toy, seed=0, svd_init=True):
+def _student(toy, seed=0, svd_init=True, **kwargs):
     tf.keras.utils.set_random_seed(seed)
     embeddings = svd_reduce(toy["teacher_embeddings"], EMBEDDING_DIM) if svd_init else None
     return build_bilstm_student(toy["vocab_size"], NUM_TAGS, embedding_dim=EMBEDDING_DIM, hidden=16,
-                                teacher_hidden=TEACHER_HIDDEN, embeddings=embeddings)
+                                teacher_hidden=TEACHER_HIDDEN, embeddings=embeddings, **kwargs)
 
 
 def _config(toy, **overrides):
@@ -175,6 +176,42 @@ def test_loop_restores_best_epoch_after_a_worse_last_epoch(toy):
     assert history.steps[0].best_epoch == best + 1
     for restored, expected in zip(student.get_weights(), spoiler.snapshots[best]):
         np.testing.assert_array_equal(restored, expected)
+
+
+class _EpochCount(tf.keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.epochs = 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs += 1
+
+
+def test_strategies_beginning_alike_train_their_shared_stage_once(toy, tmp_path):
+    """D4.1 after D3.1 with one SharedStages starts from D3.1's representation stage and ends as a
+    D4.1 that trained it itself; another key trains it again."""
+    def run(strategy, name, shared=None):
+        student = _student(toy, seed=4, dropout=0.0)   # no dropout: in-process runs repeat exactly
+        counter = _EpochCount()
+        history = train_student(strategy, student, toy["train"], toy["transfer"], toy["dev"],
+                                _config(toy, epochs_per_layer=1), callbacks=[counter],
+                                checkpoint=EpochCheckpoint(tmp_path / name), shared=shared)
+        return student.get_weights(), history, counter.epochs
+
+    shared = SharedStages(tmp_path / "shared", key={"student": "toy", "seed": 4})
+    reference, reference_history, _ = run("D4.1", "reference")
+    _, d31, d31_epochs = run("D3.1", "d31", shared)
+    assert d31_epochs == 2 and len(list((tmp_path / "shared").iterdir())) == 1
+    weights, history, epochs = run("D4.1", "d41", shared)
+    assert epochs == 2   # stages 2 and 3 only: stage 1 came from D3.1
+    assert history.steps[0] == d31.steps[0] and history.sequence() == reference_history.sequence()
+    for got, want in zip(history.steps, reference_history.steps):
+        np.testing.assert_allclose(got.val_losses, want.val_losses, rtol=1e-5)
+    for got, want in zip(weights, reference):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    # Runs of another key (another seed, say) take nothing.
+    _, _, epochs = run("D4.1", "other", SharedStages(tmp_path / "shared", key={"student": "toy", "seed": 5}))
+    assert epochs == 3
 
 
 def test_best_so_far_patience_stops_and_keeps_starting_weights():

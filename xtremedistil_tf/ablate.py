@@ -156,7 +156,9 @@ def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Opti
     seeds: None for one student per strategy (of cfg.student.seed), or the student seeds of
     --seeds: one student per strategy and seed, from the same teacher and cache.
     transfer_sizes: numbers of unlabeled transfer sentences; each strategy that reads the transfer
-    set also gets a student (per seed) of each size, after the full-set students."""
+    set also gets a student (per seed) of each size, after the full-set students.
+    Strategies that begin with the same stages (D3.x, D4.x: the representation stage) train them
+    once per seed and size: the later ones start from the first one's checkpoint after them."""
     strategies = check_strategies(strategies)
     seeds = None if seeds is None else check_seeds(seeds)
     sizes = [] if transfer_sizes is None else check_transfer_sizes(transfer_sizes)
@@ -183,7 +185,9 @@ def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Opti
                 if get_strategy(name).per_language and len(languages) > 1:
                     step_per_language(work, strategy_cfg, fingerprint, languages, step)
                 else:
-                    pipeline.step_student(work, strategy_cfg, fingerprint, step)
+                    pipeline.step_student(work, strategy_cfg, fingerprint, step, share_stages=True)
+    # Every student that could start from a kept stage is done (a killed run keeps them for its rerun).
+    pipeline.clear_shared_stages(work)
     report = ablation_report(work, strategies, seeds, sizes)
     atomic_write_text(work.path(REPORT), report)
     return report

@@ -35,7 +35,7 @@ from xtremedistil_tf.lock import work_dir_lock
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult
 from xtremedistil_tf.engine.distribute import make_distribution, scope_of, worker_work_dir
 from xtremedistil_tf.engine.precision import precision_policy
-from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
+from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages, stateful_dropout
 from xtremedistil_tf.training.multigrained import LOSSES, TOKEN_LEVEL
 from xtremedistil_tf.training.staged import DistilConfig
 from xtremedistil_tf.training.student_run import StudentConfig
@@ -392,8 +392,11 @@ def student_fingerprint(sc: StudentConfig) -> dict:
     return fingerprint
 
 
-def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "student", distribution=None):
-    """Distil `cfg.student` into step dir `name` (bin/ablate puts one per strategy under ablate/)."""
+def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "student", distribution=None,
+                 share_stages: bool = False):
+    """Distil `cfg.student` into step dir `name` (bin/ablate puts one per strategy under ablate/).
+    `share_stages`: an XtremeDistil student starts after the first stages of an earlier student of
+    this work dir whose settings differ only in later stages (`shared_stages`), and keeps its own."""
     sc = cfg.student
     fingerprint = {**upstream, "student": student_fingerprint(sc)}
 
@@ -413,6 +416,8 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
         run = dict(checkpoint_dir=checkpoint_dir(work, name, fingerprint), distribution=distribution)
         if getattr(sc, "transfer_sentences", None) is not None:
             run["transfer_keep"] = transfer_subset(work, cfg, splits, tokenizer, teacher)
+        if share_stages and sc.method == "xtremedistil":
+            run["shared_stages"] = shared_stages(work, fingerprint)
         if cfg.data.task == CLASSIFICATION:
             return _classifier_student(work, cfg, teacher, tokenizer, splits, train_windows, tmp, log_dir, run)
         if sc.method == "multigrained":
@@ -496,6 +501,22 @@ def checkpoint_dir(work: WorkDir, step: str, fingerprint: dict) -> Path:
     from xtremedistil_tf.workdir import fingerprint_hash
 
     return work.path("checkpoints") / f"{step}-{fingerprint_hash(fingerprint)}"
+
+
+SHARED_STAGES = "shared-stages"
+
+
+def shared_stages(work: WorkDir, fingerprint: dict) -> SharedStages:
+    """Where the students of a work dir keep their first stages for each other
+    (<work_dir>/checkpoints/shared-stages/, engine/resume.py SharedStages): keyed by the student
+    step's fingerprint less the strategy, so only a student that differs from it in later stages
+    takes one."""
+    student = {k: v for k, v in fingerprint["student"].items() if k != "strategy"}
+    return SharedStages(work.path("checkpoints") / SHARED_STAGES, {**fingerprint, "student": student})
+
+
+def clear_shared_stages(work: WorkDir) -> None:
+    shutil.rmtree(work.path("checkpoints") / SHARED_STAGES, ignore_errors=True)
 
 
 def clear_checkpoints(work: WorkDir, step: str) -> None:

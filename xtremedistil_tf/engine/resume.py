@@ -21,12 +21,13 @@ What makes the continuation exact rather than merely close:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import random
 import shutil
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -150,3 +151,47 @@ class EpochCheckpoint:
         """Remove the checkpoints once the loop's artifact is safely written."""
         if self.enabled:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class SharedStages:
+    """Checkpoints of a staged run at the end of its first stages, which a later run that begins with
+    the same stages starts from instead of training them again (bin/ablate: D3.1, D3.2, D4.1 and
+    D4.2 all begin with the representation stage, so it is trained once per seed and size).
+
+    One checkpoint directory per prefix under `directory`, named by the hash of `key` (everything
+    the run's result depends on except its stages: e.g. a student step's fingerprint less the
+    strategy, seed included) and the prefix's stages (JSON-able descriptions). A run that takes a
+    prefix continues from it as a killed run continues from its checkpoint at a stage boundary, so
+    its student is the one it would have trained. Whoever makes them removes them."""
+
+    def __init__(self, directory, key):
+        self.directory, self.key = Path(directory), key
+
+    def path(self, stages: Sequence) -> Path:
+        blob = json.dumps({"key": self.key, "stages": list(stages)}, sort_keys=True, default=str).encode()
+        return self.directory / hashlib.sha256(blob).hexdigest()[:16]
+
+    def take(self, checkpoint: EpochCheckpoint, prefixes: Sequence[Sequence]) -> int:
+        """Copy the first of `prefixes` (longest first) that has a checkpoint into `checkpoint`'s
+        directory, which must hold none; returns its number of stages (0: none was there)."""
+        if not checkpoint.enabled or checkpoint.latest():
+            return 0
+        for stages in prefixes:
+            source = self.path(stages)
+            if EpochCheckpoint(source).latest():
+                shutil.rmtree(checkpoint.directory, ignore_errors=True)
+                shutil.copytree(source, checkpoint.directory)
+                return len(stages)
+        return 0
+
+    def keep(self, checkpoint: EpochCheckpoint, stages: Sequence) -> None:
+        """Copy `checkpoint` (saved at the end of `stages`) as that prefix, unless it is kept already;
+        whole or absent (copied aside, then renamed)."""
+        target = self.path(stages)
+        if not checkpoint.latest() or EpochCheckpoint(target).latest():
+            return
+        partial = target.with_name(target.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(checkpoint.directory, partial)
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)

@@ -63,11 +63,11 @@ def make_dev_class_f1(sentences: Sequence[Sentence], tokenizer, vocab: ClassVoca
 
 def distil_classifier(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_texts: int,
                       dev: Sequence[Sentence], progress: bool = False, log_dir=None, checkpoint_dir=None,
-                      distribution=None, transfer_keep=None):
+                      distribution=None, transfer_keep=None, shared_stages=None):
     """Distil a new classifier with the configured strategy; returns (student, history).
 
     The labeled texts are the first `train_texts` examples of the transfer cache, as for tagging;
-    `transfer_keep`: student_run.staged_sources's."""
+    `transfer_keep`: student_run.staged_sources's; `shared_stages`: train_student's `shared`."""
     tf.keras.utils.set_random_seed(cfg.seed)
     with scope_of(distribution):
         student = build_resumable(build_classifier_student, cfg, teacher)
@@ -77,7 +77,8 @@ def distil_classifier(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_c
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
                             distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn,
                             callbacks=[EpochScalars(ScalarLog(log_dir))],
-                            checkpoint=EpochCheckpoint(checkpoint_dir), distribution=distribution)
+                            checkpoint=EpochCheckpoint(checkpoint_dir), distribution=distribution,
+                            shared=shared_stages)
     return student, history
 
 

@@ -30,7 +30,7 @@ from xtremedistil_tf.students.models import StudentArch, encoder_layer_name
 from xtremedistil_tf.teachers.finetune import trim_to_longest
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.loop import Engine, replica_share
-from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint
+from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint, SharedStages
 from xtremedistil_tf.training.strategies import Stage, Strategy, get_strategy
 
 log = logging.getLogger(__name__)
@@ -289,7 +289,8 @@ def _step_model(student, terms, config, batches, trainable, distribution=None):
 def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfer_ds, dev_ds: tf.data.Dataset,
                   config: DistilConfig, callbacks: Sequence[tf.keras.callbacks.Callback] = (),
                   evaluate_fn: Optional[EvaluateFn] = None, checkpoint: Optional[EpochCheckpoint] = None,
-                  distribution: Optional[tf.distribute.Strategy] = None) -> StagedHistory:
+                  distribution: Optional[tf.distribute.Strategy] = None,
+                  shared: Optional[SharedStages] = None) -> StagedHistory:
     """Run a registered strategy on `student` in place; returns the per-step record.
 
     `train_ds`, `transfer_ds`: batched datasets, or per-epoch sources `seed -> dataset` (e.g.
@@ -303,11 +304,19 @@ def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfe
     embeddings built with freeze_embeddings=True) stay frozen, and a step that would unfreeze only
     those is skipped. On return every other layer is trainable again. `distribution`: a
     tf.distribute strategy the student was built under (engine/distribute.py); batches are global.
+    `shared` (with a `checkpoint`): a fresh run starts after the longest prefix of its stages that an
+    earlier run with the same `shared` key kept, and keeps its own prefixes for later runs.
     """
     strategy: Strategy = get_strategy(strategy_name)
     if config.pad_id is None:
         raise ConfigError("DistilConfig.pad_id is None; train_student expects the tag vocabulary's [PAD] id, the label "
                           "its losses skip: DistilConfig(pad_id=tag_vocab.pad_id) (student_run.distil_config sets it)")
+    prefixes = [_stages_key(strategy.stages[:k]) for k in range(len(strategy.stages) - 1, 0, -1)]
+    taken = shared.take(checkpoint, prefixes) if shared is not None and checkpoint is not None else 0
+    if taken:
+        which = "stage 1 continues" if taken == 1 else f"stages 1-{taken} continue"
+        log.info("[student] %s: %s (%s) from an earlier student with the same settings and stages (%s)",
+                 strategy.name, which, ", ".join(stage.name for stage in strategy.stages[:taken]), shared.directory)
     engine = Engine(checkpoint, seed=config.seed, verbose=bool(config.verbose), callbacks=callbacks,
                     distribution=distribution)
     entry_frozen = {layer.name for layer in student.layers if layer.weights and not layer.trainable}
@@ -349,10 +358,17 @@ def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfe
                 engine.save({"student": student}, state())
                 log.info("[student] %s: dev loss %.4g -> %.4g (best epoch %s)%s", context, tracker.baseline,
                          tracker.best, tracker.best_epoch, "" if f1 is None else f", dev F1 {100 * f1:.2f}")
+            if shared is not None and batches is not None and stage_index < len(strategy.stages):
+                shared.keep(engine.checkpoint, _stages_key(strategy.stages[:stage_index]))
         engine.restore({"student": student})  # every step had finished: the checkpoint holds the final student
     finally:
         _set_trainable(student, [layer.name for layer in student.layers if layer.name not in entry_frozen])
     return history
+
+
+def _stages_key(stages: Sequence[Stage]) -> list:
+    """What a prefix of stages trains, for SharedStages: each stage's name, loss terms and steps."""
+    return [asdict(stage) for stage in stages]
 
 
 def _record(data: dict) -> StepRecord:

@@ -178,12 +178,13 @@ def build_resumable(build, *args, **kwargs) -> tf.keras.Model:
 
 def distil(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
            dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None, checkpoint_dir=None,
-           distribution=None, transfer_keep: Optional[np.ndarray] = None):
+           distribution=None, transfer_keep: Optional[np.ndarray] = None, shared_stages=None):
     """Distil a new student with the configured strategy; returns (student, history).
 
     The labeled train windows are the first `train_windows` examples of the transfer cache (the
     pipeline caches train before any unlabeled text); the dev cache carries teacher outputs so
-    every step can be selected by its stage's loss on dev. `transfer_keep`: staged_sources's.
+    every step can be selected by its stage's loss on dev. `transfer_keep`: staged_sources's;
+    `shared_stages`: train_student's `shared`.
     """
     from xtremedistil_tf.engine.distribute import scope_of
     from xtremedistil_tf.engine.resume import EpochCheckpoint
@@ -198,7 +199,8 @@ def distil(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, t
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
                             distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn,
                             callbacks=[EpochScalars(ScalarLog(log_dir))],
-                            checkpoint=EpochCheckpoint(checkpoint_dir), distribution=distribution)
+                            checkpoint=EpochCheckpoint(checkpoint_dir), distribution=distribution,
+                            shared=shared_stages)
     return student, history
 
 

@@ -24,8 +24,11 @@ from xtremedistil_tf.losses.xtremedistil import cross_entropy, label_mask
 FORMAT_VERSION = 1
 
 
-class EncoderSizes:
-    """A teacher's depth and width, read from the transformers config of its attribute `sized_by`."""
+class TeacherBase:
+    """What every teacher reads from its transformers model, the attribute named `sized_by` (the
+    encoder of a teacher trained here, a fine-tuned checkpoint as it is): depth, width, the word
+    embeddings, the hidden-layer check, a dummy build, and `predict_tags_fn`, `logits_and_tags`' tags
+    compiled once."""
 
     sized_by = "encoder"
 
@@ -37,18 +40,30 @@ class EncoderSizes:
     def hidden_size(self) -> int:
         return int(getattr(self, self.sized_by).config.hidden_size)
 
+    def word_embeddings(self) -> np.ndarray:
+        """The input word-embedding matrix [vocab, hidden] (students reuse or SVD-reduce it)."""
+        return getattr(self, self.sized_by).get_input_embeddings().weights[0].numpy()
 
-def compiled_tags_fn(teacher):
-    """`teacher.logits_and_tags`' tag ids [B, T] as one compiled function for any batch size and length,
-    built once per teacher."""
-    if getattr(teacher, "_tags_fn", None) is None:
-        spec = tf.TensorSpec([None, None], tf.int32)
-        teacher._tags_fn = tf.function(lambda batch: teacher.logits_and_tags(batch)[1],
-                                       input_signature=[{"input_ids": spec, "attention_mask": spec}])
-    return teacher._tags_fn
+    def check_layer(self, layer: int) -> None:
+        """Fail before any work is done when hidden_states[layer] does not exist."""
+        check_layer_range(layer, self.num_layers)
+
+    def build_for_length(self, length: int = 8) -> None:
+        """Create all variables by running one dummy batch."""
+        ones = tf.ones((1, length), tf.int32)
+        self({"input_ids": ones, "attention_mask": ones})
+
+    def predict_tags_fn(self):
+        """`logits_and_tags`' tag ids [B, T] as one compiled function for any batch size and length,
+        built once per teacher."""
+        if getattr(self, "_tags_fn", None) is None:
+            spec = tf.TensorSpec([None, None], tf.int32)
+            self._tags_fn = tf.function(lambda batch: self.logits_and_tags(batch)[1],
+                                        input_signature=[{"input_ids": spec, "attention_mask": spec}])
+        return self._tags_fn
 
 
-class TokenTeacher(EncoderSizes, tf.keras.Model):
+class TokenTeacher(TeacherBase, tf.keras.Model):
     """Transformer encoder + dropout + dense logits over the piece-level tag vocabulary.
 
     `call` returns logits [B, T, num_tags]; `call_with_hidden(inputs, layer)` also returns
@@ -76,10 +91,6 @@ class TokenTeacher(EncoderSizes, tf.keras.Model):
         out = self._encode(inputs, training, output_hidden_states=False)
         return self.classifier(self.dropout(out.last_hidden_state, training=training))
 
-    def check_layer(self, layer: int) -> None:
-        """Fail before any work is done when hidden_states[layer] does not exist."""
-        check_layer_range(layer, self.num_layers)
-
     def call_with_hidden(self, inputs, layer: int):
         self.check_layer(layer)
         out = self._encode(inputs, False, output_hidden_states=True)
@@ -103,25 +114,12 @@ class TokenTeacher(EncoderSizes, tf.keras.Model):
         # on first pieces never learnt the marker columns), and no other piece is read.
         return logits, tf.argmax(logits[..., :len(self.tag_vocab.labels)], axis=-1, output_type=tf.int32)
 
-    def predict_tags_fn(self):
-        """Predicted tag ids [B, T] as one compiled function for any batch size and length."""
-        return compiled_tags_fn(self)
-
     def decode_words(self, windows, piece_predictions: np.ndarray):
         """Word labels per sentence from `predict_tags_fn`'s piece tags (a pretrained teacher's
         columns go through its label map instead: teachers/pretrained.py)."""
         from xtremedistil_tf.data.alignment import decode
 
         return decode(windows, piece_predictions, self.tag_vocab)
-
-    def build_for_length(self, length: int = 8) -> None:
-        """Create all variables by running one dummy batch."""
-        ones = tf.ones((1, length), tf.int32)
-        self({"input_ids": ones, "attention_mask": ones})
-
-    def word_embeddings(self) -> np.ndarray:
-        """The encoder's input word-embedding matrix [vocab, hidden] (students reuse or SVD-reduce it)."""
-        return self.encoder.get_input_embeddings().weights[0].numpy()
 
     @staticmethod
     def vocab_of(labels: Sequence[str]):

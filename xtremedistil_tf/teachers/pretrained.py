@@ -34,8 +34,7 @@ from xtremedistil_tf.data.alignment import SPECIAL_TAGS, TagVocab, Windows, deco
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.teachers.labelmap import class_label_map, token_label_map
-from xtremedistil_tf.teachers.model import (FORMAT_VERSION, EncoderSizes, check_layer_range, compiled_tags_fn,
-                                           load_tokenizer)
+from xtremedistil_tf.teachers.model import FORMAT_VERSION, TeacherBase, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ class _ColumnLabels:
         return self.word_labels[column] if column < len(self.word_labels) else default
 
 
-class PretrainedTokenTeacher(EncoderSizes, tf.keras.Model):
+class PretrainedTokenTeacher(TeacherBase, tf.keras.Model):
     """A fine-tuned token-classification checkpoint read through a label map (module doc)."""
 
     task = TOKEN
@@ -105,12 +104,6 @@ class PretrainedTokenTeacher(EncoderSizes, tf.keras.Model):
         """The checkpoint's variables outside its base model (its classifier)."""
         base = {id(v) for v in self.encoder.trainable_variables}
         return [v for v in self.model.trainable_variables if id(v) not in base]
-
-    def word_embeddings(self) -> np.ndarray:
-        return self.model.get_input_embeddings().weights[0].numpy()
-
-    def check_layer(self, layer: int) -> None:
-        check_layer_range(layer, self.num_layers)
 
     # ------------------------------------------------------------------ outputs
     def _column_index(self) -> np.ndarray:
@@ -141,13 +134,10 @@ class PretrainedTokenTeacher(EncoderSizes, tf.keras.Model):
         return self.map_logits(out.logits), out.hidden_states[layer]
 
     def logits_and_tags(self, batch):
-        """The data tag logits [B, T, tags] (`call`'s) and `predict_tags_fn`'s columns [B, T], from one forward pass."""
+        """The data tag logits [B, T, tags] (`call`'s) and the checkpoint's own argmax column per piece
+        [B, T] (`predict_tags_fn`'s; decode_words reads them), from one forward pass."""
         logits = self._run(batch, False).logits
         return self.map_logits(logits), tf.argmax(logits, axis=-1, output_type=tf.int32)
-
-    def predict_tags_fn(self):
-        """The checkpoint's own argmax column per piece [B, T] (decode_words reads them)."""
-        return compiled_tags_fn(self)
 
     def decode_words(self, windows: Windows, piece_predictions: np.ndarray) -> List[List[str]]:
         """Word tags in the data's scheme from `predict_tags_fn`'s columns."""
@@ -156,10 +146,6 @@ class PretrainedTokenTeacher(EncoderSizes, tf.keras.Model):
 
     def loss(self, batch, training=False):
         raise ConfigError(f"the fine-tuned checkpoint {self.source} is used as it is; it is not fine-tuned again")
-
-    def build_for_length(self, length: int = 8) -> None:
-        ones = tf.ones((1, length), tf.int32)
-        self({"input_ids": ones, "attention_mask": ones})
 
     # ------------------------------------------------------------------ save / load
     def meta(self) -> dict:

@@ -18,12 +18,8 @@ from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.students.models import build_bilstm_classifier
 from xtremedistil_tf.teachers.classifier import score_texts
-from xtremedistil_tf.training.staged import DistilConfig, EvaluateFn, head_argmax_fn, train_student
-from xtremedistil_tf.engine.distribute import scope_of
-from xtremedistil_tf.engine.resume import EpochCheckpoint
-from xtremedistil_tf.training.student_run import (StudentConfig, build_resumable, distil_config, staged_sources,
-                                                  student_embeddings)
-from xtremedistil_tf.engine.tensorboard import EpochScalars, ScalarLog
+from xtremedistil_tf.training.staged import DistilConfig, EvaluateFn, head_argmax_fn
+from xtremedistil_tf.training.student_run import StudentConfig, distil_staged, student_embeddings
 
 
 
@@ -62,24 +58,15 @@ def make_dev_class_f1(sentences: Sequence[Sentence], tokenizer, vocab: ClassVoca
 
 
 def distil_classifier(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_texts: int,
-                      dev: Sequence[Sentence], progress: bool = False, log_dir=None, checkpoint_dir=None,
-                      distribution=None, transfer_keep=None, shared_stages=None):
+                      dev: Sequence[Sentence], progress: bool = False, log_dir=None, **run):
     """Distil a new classifier with the configured strategy; returns (student, history).
 
     The labeled texts are the first `train_texts` examples of the transfer cache, as for tagging;
-    `transfer_keep`: student_run.staged_sources's; `shared_stages`: train_student's `shared`."""
-    tf.keras.utils.set_random_seed(cfg.seed)
-    with scope_of(distribution):
-        student = build_resumable(build_classifier_student, cfg, teacher)
-    train_ds, transfer_ds, dev_ds = staged_sources(cfg, transfer_dir, dev_cache_dir, train_texts,
-                                                   pad_id=teacher.tag_vocab.pad_id, transfer_keep=transfer_keep)
+    steps with a classifier head record their dev macro-F1. `run`: student_run.distil_staged's
+    checkpoint_dir, distribution, transfer_keep, shared_stages."""
     evaluate_fn = make_dev_class_f1(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
-                            distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn,
-                            callbacks=[EpochScalars(ScalarLog(log_dir))],
-                            checkpoint=EpochCheckpoint(checkpoint_dir), distribution=distribution,
-                            shared=shared_stages)
-    return student, history
+    return distil_staged(cfg, lambda: build_classifier_student(cfg, teacher), evaluate_fn, teacher.tag_vocab,
+                         transfer_dir, dev_cache_dir, train_texts, progress, log_dir, **run)
 
 
 def evaluate_classifier_student(student: tf.keras.Model, tokenizer, vocab: ClassVocab, max_seq_length: int,

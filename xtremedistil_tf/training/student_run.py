@@ -176,32 +176,43 @@ def build_resumable(build, *args, **kwargs) -> tf.keras.Model:
         return build(*args, **kwargs)
 
 
-def distil(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
-           dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None, checkpoint_dir=None,
-           distribution=None, transfer_keep: Optional[np.ndarray] = None, shared_stages=None):
-    """Distil a new student with the configured strategy; returns (student, history).
-
-    The labeled train windows are the first `train_windows` examples of the transfer cache (the
-    pipeline caches train before any unlabeled text); the dev cache carries teacher outputs so
-    every step can be selected by its stage's loss on dev. `transfer_keep`: staged_sources's;
-    `shared_stages`: train_student's `shared`.
-    """
+def distil_staged(cfg: DistilConfig, build, evaluate_fn, tag_vocab, transfer_dir, dev_cache_dir, train_examples: int,
+                  progress: bool = False, log_dir=None, checkpoint_dir=None, distribution=None,
+                  transfer_keep: Optional[np.ndarray] = None, shared_stages=None):
+    """A new student, `build()` under the run's seed, distilled with the configured strategy by
+    the staged loop from the caches (`staged_sources`); returns (student, history). Taggers
+    (`distil`) and classifiers (training/classification.py) differ only in `build` and
+    `evaluate_fn` (dev F1 of a head). `transfer_keep`: staged_sources's; `shared_stages`:
+    train_student's `shared`; `log_dir`: TensorBoard scalars of every epoch."""
     from xtremedistil_tf.engine.distribute import scope_of
     from xtremedistil_tf.engine.resume import EpochCheckpoint
 
     tf.keras.utils.set_random_seed(cfg.seed)
     with scope_of(distribution):
-        student = build_resumable(build_student, cfg, teacher, scheme)
-    train_ds, transfer_ds, dev_ds = staged_sources(cfg, transfer_dir, dev_cache_dir, train_windows,
-                                                   pad_id=teacher.tag_vocab.pad_id, transfer_keep=transfer_keep)
-    dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    evaluate_fn = make_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
+        student = build_resumable(build)
+    train_ds, transfer_ds, dev_ds = staged_sources(cfg, transfer_dir, dev_cache_dir, train_examples,
+                                                   pad_id=tag_vocab.pad_id, transfer_keep=transfer_keep)
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
-                            distil_config(cfg, teacher.tag_vocab, progress), evaluate_fn=evaluate_fn,
+                            distil_config(cfg, tag_vocab, progress), evaluate_fn=evaluate_fn,
                             callbacks=[EpochScalars(ScalarLog(log_dir))],
                             checkpoint=EpochCheckpoint(checkpoint_dir), distribution=distribution,
                             shared=shared_stages)
     return student, history
+
+
+def distil(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
+           dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None, **run):
+    """Distil a new tagging student with the configured strategy; returns (student, history).
+
+    The labeled train windows are the first `train_windows` examples of the transfer cache (the
+    pipeline caches train before any unlabeled text); the dev cache carries teacher outputs so
+    every step can be selected by its stage's loss on dev; steps with a tagger record their dev
+    entity F1. `run`: distil_staged's checkpoint_dir, distribution, transfer_keep, shared_stages.
+    """
+    dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    evaluate_fn = make_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
+    return distil_staged(cfg, lambda: build_student(cfg, teacher, scheme), evaluate_fn, teacher.tag_vocab,
+                         transfer_dir, dev_cache_dir, train_windows, progress, log_dir, **run)
 
 
 def distil_multigrained(cfg: MultiGrainedConfig, teacher, tokenizer, transfer_dir, train_windows: int,

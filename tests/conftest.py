@@ -303,3 +303,24 @@ def read_scalars(log_dir) -> dict:
             for value in event.summary.value:
                 scalars.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
     return scalars
+
+
+FILLERS = ["the", "in", "of", "to", "and", "at", "on", "is", "was"]
+
+
+def toy_texts(n, seed):
+    """A toy task: 'people' when the text names a person and no city, 'places' for a city and no
+    person, 'none' for neither; the class depends on words anywhere in the text. Lines of a
+    label TSV: "<label>\t<text>"."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(n):
+        label = str(rng.choice(["people", "places", "none"]))
+        words = [str(w) for w in rng.choice(FILLERS, int(rng.integers(3, 8)))]
+        if label != "none":
+            key = rng.choice(["john", "mary"] if label == "people" else ["paris", "berlin"])
+            words.insert(int(rng.integers(0, len(words) + 1)), str(key))
+        lines.append(f"{label}\t{' '.join(words)}")
+    return lines

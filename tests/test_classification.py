@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import toy_texts
 from xtremedistil_tf import pipeline
 from xtremedistil_tf.data.classification import NO_LABEL, ClassVocab, class_labels_of, encode_texts
 from xtremedistil_tf.data.loading import DataConfig
@@ -17,24 +18,6 @@ from xtremedistil_tf.teachers.finetune import FinetuneConfig
 from xtremedistil_tf.students import StudentArch
 from xtremedistil_tf.training.staged import DistilConfig
 from xtremedistil_tf.training.student_run import load_student
-
-FILLERS = ["the", "in", "of", "to", "and", "at", "on", "is", "was"]
-
-
-def toy_texts(n, seed):
-    """A toy task: 'people' when the text names a person and no city, 'places' for a city and no
-    person, 'none' for neither; the class depends on words anywhere in the text."""
-    rng = np.random.default_rng(seed)
-    lines = []
-    for _ in range(n):
-        label = str(rng.choice(["people", "places", "none"]))
-        words = [str(w) for w in rng.choice(FILLERS, int(rng.integers(3, 8)))]
-        if label != "none":
-            key = rng.choice(["john", "mary"] if label == "people" else ["paris", "berlin"])
-            words.insert(int(rng.integers(0, len(words) + 1)), str(key))
-        lines.append(f"{label}\t{' '.join(words)}")
-    return lines
-
 
 def write_lines(path, lines):
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

@@ -2,7 +2,7 @@
 
     python tests/training_driver.py spec.json
 
-spec.json: {"loop": "staged" | "multigrained" | "nas" | "subwords" | "teacher", "out": result .npz path,
+spec.json: {"loop": "staged" | "multigrained" | "nas" | "subwords" | "teacher" | "sequence_teacher", "out": result .npz path,
             "checkpoint_dir": dir or null, "kill_at": [epoch, batch] or null,
             "distribution": "none" | "mirrored" | "multi_worker", "logical_cpus": n (0: leave the CPU alone),
             "epochs": n}
@@ -34,7 +34,7 @@ if SPEC.get("logical_cpus"):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * SPEC["logical_cpus"])
 
-from conftest import TOY_LABELS, toy_ner_sentences, write_tiny_vocab  # noqa: E402
+from conftest import TOY_LABELS, toy_ner_sentences, toy_texts, write_tiny_vocab  # noqa: E402
 from xtremedistil_tf.data.alignment import TagVocab, encode  # noqa: E402
 from xtremedistil_tf.engine.distribute import make_distribution  # noqa: E402
 from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout  # noqa: E402
@@ -212,19 +212,25 @@ def run_subwords(distribution, checkpoint, killer):
     return student.get_weights() + teacher.get_weights(), {"history": history}
 
 
-def run_teacher(distribution, checkpoint, killer):
-    """Token teacher fine-tuning (teachers/finetune.py, first-piece supervision, dropout on) of a
-    randomly initialised tiny BERT."""
+def tiny_bert_dir() -> Path:
+    """A tiny BERT config (2 layers, hidden 32) and vocabulary, written once per test dir."""
     from transformers import BertConfig
-
-    from xtremedistil_tf.teachers.finetune import FinetuneConfig, finetune
-    from xtremedistil_tf.teachers.model import build_teacher, initialise_head
 
     directory = Path(SPEC["out"]).parent / "teacher_init"
     if not directory.exists():
         write_tiny_vocab(directory)
         BertConfig(vocab_size=len((directory / "vocab.txt").read_text().split()), hidden_size=32, num_hidden_layers=2,
                    num_attention_heads=2, intermediate_size=64, max_position_embeddings=32).save_pretrained(directory)
+    return directory
+
+
+def run_teacher(distribution, checkpoint, killer):
+    """Token teacher fine-tuning (teachers/finetune.py, first-piece supervision, dropout on) of a
+    randomly initialised tiny BERT."""
+    from xtremedistil_tf.teachers.finetune import FinetuneConfig, finetune
+    from xtremedistil_tf.teachers.model import build_teacher, initialise_head
+
+    directory = tiny_bert_dir()
     tf.keras.utils.set_random_seed(0)
     with stateful_dropout(), scope(distribution):
         teacher, tok = build_teacher(str(directory), TOY_LABELS, max_seq_length=MAX_LEN,
@@ -237,6 +243,34 @@ def run_teacher(distribution, checkpoint, killer):
     killer.epoch = len(position["epochs"]) if position else 0
     result = finetune(teacher, tok, toy_ner_sentences(48, seed=31), toy_ner_sentences(16, seed=32), "IOB2", config,
                       checkpoint=checkpoint, distribution=distribution, callbacks=[killer])
+    return teacher.get_weights(), {"history": result.history, "best_epoch": result.best_epoch}
+
+
+def run_sequence_teacher(distribution, checkpoint, killer):
+    """Sentence-classification teacher fine-tuning (teachers/classifier.py, dropout on) of a randomly
+    initialised tiny BERT on conftest's toy texts."""
+    from xtremedistil_tf.data.sentence import Sentence
+    from xtremedistil_tf.teachers.classifier import build_sequence_teacher, finetune_sequence_teacher
+    from xtremedistil_tf.teachers.finetune import FinetuneConfig
+    from xtremedistil_tf.teachers.model import initialise_head
+
+    def texts(n, seed):
+        return [Sentence(text.split(), None, None, label)
+                for label, text in (line.split("\t") for line in toy_texts(n, seed))]
+
+    directory = tiny_bert_dir()
+    tf.keras.utils.set_random_seed(0)
+    with stateful_dropout(), scope(distribution):
+        teacher, tok = build_sequence_teacher(str(directory), ["none", "people", "places"], max_seq_length=MAX_LEN,
+                                              dropout=SPEC.get("dropout", 0.1), random_init=True)
+        initialise_head(teacher, "glorot")
+    INITIAL.extend(teacher.get_weights())
+    config = FinetuneConfig(epochs=SPEC.get("epochs", 3), batch_size=8, learning_rate=SPEC.get("learning_rate", 1e-3),
+                            patience=3, seed=SPEC.get("seed", 5), progress=False)
+    position = checkpoint.position()
+    killer.epoch = len(position["epochs"]) if position else 0
+    result = finetune_sequence_teacher(teacher, tok, texts(48, 41), texts(16, 42), config, checkpoint=checkpoint,
+                                       distribution=distribution, callbacks=[killer])
     return teacher.get_weights(), {"history": result.history, "best_epoch": result.best_epoch}
 
 
@@ -253,7 +287,7 @@ def main():
     checkpoint = EpochCheckpoint(SPEC.get("checkpoint_dir"))
     killer = Killer(SPEC.get("kill_at"))
     loops = {"staged": run_staged, "multigrained": run_multigrained, "nas": run_nas, "subwords": run_subwords,
-             "teacher": run_teacher}
+             "teacher": run_teacher, "sequence_teacher": run_sequence_teacher}
     weights, record = loops[SPEC["loop"]](distribution, checkpoint, killer)
     record["epoch_losses"] = killer.losses
     record["max_change"] = max(float(np.abs(w - w0).max()) for w, w0 in zip(weights, INITIAL))

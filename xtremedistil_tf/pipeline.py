@@ -188,14 +188,15 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
         finetune_config = _with_progress(tc.finetune, cfg.progress)
         if _used_as_it_is(teacher, tc, path):
             result = FinetuneResult(best_epoch=0)
-        elif cfg.data.task == CLASSIFICATION:
-            result = finetune_sequence_teacher(teacher, tokenizer, splits["train"], splits["dev"], finetune_config,
-                                               log_dir=fresh_tensorboard_dir(work, "teacher"))
         else:
-            result = finetune(teacher, tokenizer, splits["train"], splits["dev"], cfg.data.scheme, finetune_config,
-                              log_dir=fresh_tensorboard_dir(work, "teacher"),
-                              checkpoint=EpochCheckpoint(checkpoint_dir(work, "teacher", fingerprint)),
-                              distribution=distribution)
+            run = dict(log_dir=fresh_tensorboard_dir(work, "teacher"), distribution=distribution,
+                       checkpoint=EpochCheckpoint(checkpoint_dir(work, "teacher", fingerprint)))
+            if cfg.data.task == CLASSIFICATION:
+                result = finetune_sequence_teacher(teacher, tokenizer, splits["train"], splits["dev"], finetune_config,
+                                                   **run)
+            else:
+                result = finetune(teacher, tokenizer, splits["train"], splits["dev"], cfg.data.scheme,
+                                  finetune_config, **run)
         seconds = time.time() - start
         teacher.save(tmp / "model", tokenizer)
         return {"history": result.history, "best_epoch": result.best_epoch, "train_seconds": seconds,

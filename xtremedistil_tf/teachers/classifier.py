@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from xtremedistil_tf.data.classification import ClassVocab, TextArrays, encode_texts, predict_by_length_texts
 from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.engine.resume import EpochCheckpoint
 from xtremedistil_tf.evaluate import class_scores, score_by_language
 from xtremedistil_tf.losses.xtremedistil import cross_entropy
 from xtremedistil_tf.teachers.cache import write_sharded
@@ -75,15 +76,23 @@ def score_texts(vocab: ClassVocab, sentences: Sequence[Sentence], predicted: np.
 
 
 def finetune_sequence_teacher(teacher: SequenceTeacher, tokenizer, train: Sequence[Sentence],
-                              dev: Sequence[Sentence], config: FinetuneConfig,
-                              log_dir: Optional[str] = None) -> FinetuneResult:
-    """Fine-tune on labeled texts, early-stopped on dev macro-F1 (the same loop as token teachers)."""
+                              dev: Sequence[Sentence], config: FinetuneConfig, log_dir: Optional[str] = None,
+                              checkpoint: Optional[EpochCheckpoint] = None,
+                              distribution: Optional[tf.distribute.Strategy] = None,
+                              callbacks: Sequence[tf.keras.callbacks.Callback] = ()) -> FinetuneResult:
+    """Fine-tune on labeled texts, early-stopped on dev macro-F1: the token teachers' loop
+    (finetune.train_with_early_stopping, its arguments), so each epoch's order is a function of the
+    seed and the epoch and a run resumes exactly from `checkpoint`."""
     tf.keras.utils.set_random_seed(config.seed)
-    arrays = encode_texts(train, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    dataset = arrays_dataset(arrays.as_dict(), config.batch_size, shuffle=True, seed=config.seed)
+    arrays = encode_texts(train, tokenizer, teacher.tag_vocab, teacher.max_seq_length).as_dict()
+
+    def dataset(seed: int) -> tf.data.Dataset:
+        return arrays_dataset(arrays, config.batch_size, shuffle=True, seed=seed, reshuffle=False)
+
     return train_with_early_stopping(
-        teacher, dataset, len(arrays), lambda: evaluate_sequence_teacher(teacher, tokenizer, dev)["all"]["f1"],
-        config, log_dir=log_dir)
+        teacher, dataset, len(arrays["input_ids"]),
+        lambda: evaluate_sequence_teacher(teacher, tokenizer, dev)["all"]["f1"], config, log_dir=log_dir,
+        checkpoint=checkpoint, distribution=distribution, callbacks=callbacks)
 
 
 def write_sequence_outputs(teacher: SequenceTeacher, arrays: TextArrays, out_dir, layer: int, fingerprint: dict,

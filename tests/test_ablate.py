@@ -307,11 +307,14 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
     evaluate = str(REPO / "bin" / "evaluate")
     data = ["--data_format=wikiann", f"--data_dir={corpus}"]
     jobs = {
+        # A teacher without --decode: decoded as the students, the ablation's 100%.
         "teacher": run_cli(evaluate, f"--model={cfg.work_dir}/teacher/model", *data, "--langs=en,de",
                            f"--output_json={tmp_path / 'teacher.json'}"),
-        # --decode on a teacher: decoded as the students, the ablation's 100%.
-        "teacher-decoded": run_cli(evaluate, f"--model={cfg.work_dir}/teacher/model", *data, "--langs=en,de",
-                                   "--decode=constrained", f"--output_json={tmp_path / 'teacher-decoded.json'}"),
+        # --decode=own: its own decoding, the teacher step's argmax_scores.
+        "teacher-own": run_cli(evaluate, f"--model={cfg.work_dir}/teacher/model", *data, "--langs=en,de",
+                               "--decode=own", f"--output_json={tmp_path / 'teacher-own.json'}"),
+        "own of a student": run_cli(evaluate, f"--model={cfg.work_dir}/ablate/D1", *data, "--langs=en,de",
+                                    "--decode=own"),
         "D1": run_cli(evaluate, f"--model={cfg.work_dir}/ablate/D1", *data, "--langs=en,de",
                       f"--output_json={tmp_path / 'D1.json'}"),
         # D0's German student alone scores the German test sentences as the ablation did.
@@ -327,12 +330,12 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
                                          "--seeds=1,1", "--method=multigrained"),
     }
     out = {name: (job.wait(timeout=300), *job.communicate()) for name, job in jobs.items()}
-    for name in ("teacher", "teacher-decoded", "D1", "D0-de"):
+    for name in ("teacher", "teacher-own", "D1", "D0-de"):
         assert out[name][0] == 0, out[name][2][-2000:]
         scores = json.load(open(tmp_path / f"{name}.json"))
         assert f"F1 {scores['all']['f1']:.4f}" in out[name][1]
-        # bin/evaluate scores a teacher its own way (argmax) unless given --decode.
-        expected = {"teacher": info(cfg, "teacher")["argmax_scores"], "teacher-decoded": info(cfg, "teacher")["scores"],
+        # bin/evaluate decodes a teacher as the students (constrained) unless given --decode=own.
+        expected = {"teacher": info(cfg, "teacher")["scores"], "teacher-own": info(cfg, "teacher")["argmax_scores"],
                     "D1": info(cfg, "ablate/D1")["scores"], "D0-de": info(cfg, "ablate/D0")["scores"]}[name]["test"]
         if name == "D0-de":
             assert scores["all"]["f1"] == pytest.approx(expected["languages"]["de"]["f1"], abs=1e-12)
@@ -342,8 +345,9 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
             assert scores["f1_mean"] == pytest.approx(expected["f1_mean"], abs=1e-12)
             assert f"mean {scores['f1_mean']:.4f}" in out[name][1]
     assert json.load(open(tmp_path / "teacher.json"))["kind"] == "teacher"
-    assert "decode" not in json.load(open(tmp_path / "teacher.json"))
-    assert json.load(open(tmp_path / "teacher-decoded.json"))["decode"] == "constrained"
+    assert json.load(open(tmp_path / "teacher.json"))["decode"] == "constrained"
+    assert json.load(open(tmp_path / "teacher-own.json"))["decode"] == "own"
+    assert info(cfg, "teacher")["scores"]["test"] != info(cfg, "teacher")["argmax_scores"]["test"]
     # bin/benchmark decoders: its constrained column is Table 3's (the students' recorded scores, the
     # teacher step's), its argmax column the teacher step's argmax scores and the students' argmax scores.
     assert out["decoders"][0] == 0, out["decoders"][2][-2000:]
@@ -365,6 +369,7 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
     code, _, err = out["decoders of no ablation"]
     assert code == 2 and "expected a bin/ablate work dir" in err.strip().splitlines()[-1], err[-2000:]
     for name, message in (("neither", "holds neither teacher.json"), ("bad strategy", "unknown strategy 'D5'"),
+                          ("own of a student", "--decode=own is a token teacher's own decoding; "),
                           ("bad seeds", "--seeds: '-2' is not a non-negative integer"),
                           ("bad seeds of variants", "--seeds names ['1'] more than once")):
         code, _, err = out[name]

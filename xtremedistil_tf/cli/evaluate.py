@@ -22,9 +22,11 @@ A softmax student is scored as bin/export serves it: its word tags decoded by --
 (constrained, the default: the most probable sequence the tag scheme allows; argmax: each word's
 best tag), with the same decoder as the export (crf/decoding.py). An exported model is scored as
 it was exported (its assets.extra/export.json says how); --decode, if given, must agree.
-A token teacher is scored with its own decoding (argmax at each word's first piece, or its CRF's
-Viterbi) unless --decode is given: then it is decoded as a softmax student is, so a teacher and its
-students can be compared with one decoder.
+A token teacher is decoded as a softmax student is (--decode, constrained by default; a CRF
+teacher by its CRF's Viterbi), so a teacher and its students are compared with one decoder and the
+default gives the teacher F1 of bin/train's summary and bin/ablate's Table 3; --decode=own scores it
+its own way (argmax over the word labels at each word's first piece; a fine-tuned checkpoint's own
+argmax column through its label map; a CRF's Viterbi): the teacher step's `argmax_scores`.
 """
 from __future__ import annotations
 
@@ -41,6 +43,8 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 from xtremedistil_tf.export.student import CLASSIFIER
 from xtremedistil_tf.io import read_json, say_if_blocking
+
+OWN = "own"   # --decode of a token teacher's own decoding
 
 FLAGS = flags.FLAGS
 
@@ -59,10 +63,10 @@ flags.DEFINE_float("dev_fraction", 0.1, "demo only: the dev fraction bin/train h
 flags.DEFINE_float("test_fraction", 0.1, "demo only: the test fraction bin/train held out.")
 flags.DEFINE_integer("seed", 42, "demo only: the seed of bin/train's split.")
 flags.DEFINE_string("output_json", "", "Also write the scores here (JSON, written atomically).")
-flags.DEFINE_enum("decode", "constrained", ["constrained", "argmax"],
-                  "Softmax students: decode word tags as bin/export --decode does (constrained: the best sequence "
-                  "the tag scheme allows; argmax: each word's best tag). Exports: as exported. Token teachers: their "
-                  "own decoding unless given.")
+flags.DEFINE_enum("decode", "constrained", ["constrained", "argmax", OWN],
+                  "Softmax students and token teachers: decode word tags as bin/export --decode does (constrained: "
+                  "the best sequence the tag scheme allows; argmax: each word's best tag). Exports: as exported. "
+                  f"{OWN}: a token teacher's own decoding (the teacher step's argmax_scores).")
 
 define_common_flags()
 
@@ -106,12 +110,16 @@ def model_kind(directory) -> Tuple[str, Path]:
 def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode: Optional[str] = None) -> Dict:
     """Entity scores of a saved teacher's or student's word-level predictions on `sentences`.
 
-    `decode` (crf/decoding.py): how a softmax student's word tags are decoded (None: "constrained",
-    as bin/export serves by default); an export decodes as it was exported, and a `decode` that differs
-    is refused; a token teacher decodes its own way when it is None (teachers.finetune.teacher_word_tags)."""
+    `decode` (crf/decoding.py): how a softmax student's or token teacher's word tags are decoded (None:
+    "constrained", as bin/export serves by default and the pipeline scores teachers; OWN: a token
+    teacher's own decoding, teachers.finetune.teacher_word_tags); an export decodes as it was exported,
+    and a `decode` that differs is refused."""
     if not sentences:
         raise ConfigError("no labeled sentences to score")
     kind, path = model_kind(directory)
+    if decode == OWN and kind != "teacher":
+        raise ConfigError(f"--decode={OWN} is a token teacher's own decoding; {path} is {'an' if kind == 'export' else 'a'} "
+                          f"{kind}")
     if kind == "export":
         meta = _export_meta(path)
         if meta is not None:
@@ -138,8 +146,9 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
                 raise ConfigError(f"--decode={decode}: {path} classifies sentences; --decode is for taggers")
             scores = evaluate_sequence_teacher(teacher, tokenizer, sentences)
         else:
-            scores = {**({"decode": decode} if decode else {}),
-                      **evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=decode)}
+            decode = decode or DEFAULT_DECODE
+            scores = {"decode": decode,
+                      **evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=None if decode == OWN else decode)}
     else:
         scores = _evaluate_student(path, sentences, scheme, decode or DEFAULT_DECODE)
     return {"model": str(path), "kind": kind, "scheme": scheme, **scores}

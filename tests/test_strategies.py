@@ -178,13 +178,18 @@ def test_loop_restores_best_epoch_after_a_worse_last_epoch(toy):
         np.testing.assert_array_equal(restored, expected)
 
 
-class _EpochCount(tf.keras.callbacks.Callback):
+class _Counter(tf.keras.callbacks.Callback):
+    """Epochs and batches trained, over every fit of a run."""
+
     def __init__(self):
         super().__init__()
-        self.epochs = 0
+        self.epochs = self.batches = 0
 
     def on_epoch_end(self, epoch, logs=None):
         self.epochs += 1
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
 
 
 def test_strategies_beginning_alike_train_their_shared_stage_once(toy, tmp_path):
@@ -192,7 +197,7 @@ def test_strategies_beginning_alike_train_their_shared_stage_once(toy, tmp_path)
     D4.1 that trained it itself; another key trains it again."""
     def run(strategy, name, shared=None):
         student = _student(toy, seed=4, dropout=0.0)   # no dropout: in-process runs repeat exactly
-        counter = _EpochCount()
+        counter = _Counter()
         history = train_student(strategy, student, toy["train"], toy["transfer"], toy["dev"],
                                 _config(toy, epochs_per_layer=1), callbacks=[counter],
                                 checkpoint=EpochCheckpoint(tmp_path / name), shared=shared)
@@ -212,6 +217,22 @@ def test_strategies_beginning_alike_train_their_shared_stage_once(toy, tmp_path)
     # Runs of another key (another seed, say) take nothing.
     _, _, epochs = run("D4.1", "other", SharedStages(tmp_path / "shared", key={"student": "toy", "seed": 5}))
     assert epochs == 3
+
+
+def test_a_ctrl_c_whose_exception_was_lost_stops_training_at_the_next_batch(toy):
+    """The commands' SIGINT handler also sets errors.INTERRUPT (Python drops a KeyboardInterrupt
+    raised inside a __del__): the engine then stops after the batch it is on."""
+    from xtremedistil_tf.errors import INTERRUPT
+
+    counter = _Counter()
+    INTERRUPT.set()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_student("D0-S", _student(toy), toy["train"], None, toy["dev"], _config(toy, epochs_per_layer=2),
+                          callbacks=[counter])
+    finally:
+        INTERRUPT.clear()
+    assert counter.batches == 1
 
 
 def test_best_so_far_patience_stops_and_keeps_starting_weights():

@@ -1,6 +1,7 @@
 """Errors users see. Each names where the problem is and what was expected."""
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 
@@ -35,3 +36,16 @@ class Interrupted(XtremeDistilError):
     """Ctrl-C: the run stopped where it was, with the same cleanup as any failure; exit 130."""
 
     exit_code = 130
+
+
+# Set by the commands' SIGINT handler (cli/common.py) besides raising KeyboardInterrupt: Python
+# swallows an exception raised while it runs a __del__ or weakref callback ("Exception ignored in
+# ..."), so a Ctrl-C landing there would be lost; the training engine checks this after every
+# batch and stops the run there instead.
+INTERRUPT = threading.Event()
+
+
+def raise_if_interrupted() -> None:
+    """KeyboardInterrupt when a Ctrl-C was received and not yet acted on."""
+    if INTERRUPT.is_set():
+        raise KeyboardInterrupt

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, FrozenSet, List, Tuple
 
 from absl import app, flags
 
-from xtremedistil_tf.errors import ConfigError, Interrupted, XtremeDistilError
+from xtremedistil_tf.errors import INTERRUPT, ConfigError, Interrupted, XtremeDistilError
 
 FLAGS = flags.FLAGS
 
@@ -153,6 +155,11 @@ def run_main(body: Callable[[], None]) -> None:
     from xtremedistil_tf import console
 
     console.setup(FLAGS.verbose)
+    INTERRUPT.clear()
+    main = threading.current_thread() is threading.main_thread()   # where Python runs signal handlers
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    if previous is signal.default_int_handler:   # not where SIGINT is ignored
+        signal.signal(signal.SIGINT, _interrupt)
     try:
         body()
     except KeyboardInterrupt:   # outside any step (a step's own becomes Interrupted, naming it)
@@ -170,6 +177,15 @@ def run_main(body: Callable[[], None]) -> None:
             raise
         print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
         sys.exit(2)
+    finally:
+        if previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C: Python's KeyboardInterrupt, and errors.INTERRUPT set for the case it is swallowed."""
+    INTERRUPT.set()
+    raise KeyboardInterrupt
 
 
 def one_line(error: Exception) -> str:

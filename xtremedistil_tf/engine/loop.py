@@ -27,7 +27,7 @@ from xtremedistil_tf.engine.callbacks import BatchBar, BestSoFar
 from xtremedistil_tf.engine.distribute import shard_by_data
 from xtremedistil_tf.engine.precision import all_finite, needs_loss_scaling
 from xtremedistil_tf.engine.resume import EpochCheckpoint, WeightsSlot, epoch_seed, reseed_epoch
-from xtremedistil_tf.errors import ConfigError, TrainingDiverged
+from xtremedistil_tf.errors import ConfigError, TrainingDiverged, raise_if_interrupted
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,13 @@ def check_finite_loss(loss: float, step: str, epoch) -> None:
     if not math.isfinite(loss):
         raise TrainingDiverged(f"step {step}: the training loss became {loss} in epoch {epoch}; nothing of the "
                                "step was kept (lower its learning rate, or check the data)")
+
+
+class _StopOnInterrupt(tf.keras.callbacks.Callback):
+    """Ends the fit at the next batch after a Ctrl-C whose KeyboardInterrupt was lost (errors.INTERRUPT)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        raise_if_interrupted()
 
 
 class Engine:
@@ -127,7 +134,8 @@ class Engine:
             label = f"{context + ' ' if context else ''}epoch {epoch + 1}/{epochs}"
             bar = [BatchBar(f"[{self.name}] {label}")] if self.verbose else []
             logs = model.fit(self._shard(train_for(seed, epoch)), validation_data=dev, initial_epoch=epoch,
-                             epochs=epoch + 1, steps_per_epoch=steps_per_epoch, callbacks=self.callbacks + bar,
+                             epochs=epoch + 1, steps_per_epoch=steps_per_epoch,
+                             callbacks=self.callbacks + bar + [_StopOnInterrupt()],
                              verbose=0).history
             loss = logs["loss"][-1]
             check_finite_loss(loss, self.name, f"{epoch + 1}{f' ({context})' if context else ''}")

@@ -267,6 +267,16 @@ def test_tensorboard_logs_every_training_step(finished_run):
     assert all(0 < v <= cfg.student.learning_rate for _, v in student["learning_rate"])
 
 
+def test_the_last_steps_dev_f1_is_the_students_dev_score(finished_run):
+    """Table 4's dev F1 is decoded as the saved student is scored (the constrained word decoder), so a
+    strategy's last step (the softmax head, the weights it keeps) gives the student's dev F1 exactly."""
+    cfg, _ = finished_run
+    info = pipeline.WorkDir(cfg.work_dir).step_info("student")
+    last = info["history"]["steps"][-1]
+    assert last["stage_name"] == "labels" and last["dev_f1"] is not None
+    assert last["dev_f1"] == pytest.approx(info["scores"]["dev"]["all"]["f1"], abs=1e-12)
+
+
 def test_student_fingerprint_is_the_config_less_how_it_runs():
     """asdict of the method's config (the architecture nested): heads_on="states" makes another
     XtremeDistil student; CRF students have no such heads; pad_id, verbose, run_eagerly, progress

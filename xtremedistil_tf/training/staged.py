@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder
 from xtremedistil_tf.data.alignment import CompiledPerStudent, Windows, predict_by_length
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses import registry
@@ -401,17 +402,32 @@ def predict_tags(student: tf.keras.Model, windows: Windows, batch_size: int = 64
     return predict_by_length(windows, argmax_fn or head_argmax_fn(student, head), batch_size)
 
 
+def head_probs_fn(student: tf.keras.Model, head: str = "softmax"):
+    """A compiled {"input_ids", "attention_mask"} [B, T] -> tag probabilities [B, T, tags] float32 of
+    the `softmax` head (probs) or of the `logits` regressor (through a softmax)."""
+    if head not in HEAD_OUTPUTS:
+        raise ConfigError(f"head must be 'softmax' or 'logits', got {head!r}")
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    def probs(batch):
+        out = student(batch, training=False)
+        return tf.cast(out["probs"] if head == "softmax" else tf.nn.softmax(out["logits"]), tf.float32)
+
+    return tf.function(probs, input_signature=[{"input_ids": spec, "attention_mask": spec}])
+
+
 def make_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab, scheme: str = "IOB2",
-                batch_size: int = 64) -> EvaluateFn:
-    """An `evaluate_fn` for `train_student`: entity F1 on dev words of a student's head."""
-    from xtremedistil_tf.data.alignment import decode
+                batch_size: int = 64, decode: str = DEFAULT_DECODE) -> EvaluateFn:
+    """An `evaluate_fn` for `train_student`: entity F1 on dev words of a student's head, its word tags
+    decoded as the saved student's are (crf.decoding.WordDecoder, `decode`: constrained by default),
+    so the F1 after a strategy's last step is the student's dev F1 in the pipeline's scores."""
     from xtremedistil_tf.evaluate import entity_scores
 
-    argmax_fns = CompiledPerStudent(head_argmax_fn)
+    probs_fns = CompiledPerStudent(head_probs_fn)
+    decoder = WordDecoder(tag_vocab.tags, tag_vocab.labels, scheme, decode)
 
     def dev_f1(student: tf.keras.Model, head: str) -> float:
-        predicted = decode(windows, predict_tags(student, windows, batch_size, argmax_fn=argmax_fns(student, head)),
-                           tag_vocab)
-        return entity_scores(gold_tags, predicted, scheme)["f1"]
+        probs = predict_by_length(windows, probs_fns(student, head), batch_size)
+        return entity_scores(gold_tags, decoder.decode_windows(windows, probs)[0], scheme)["f1"]
 
     return dev_f1

@@ -32,7 +32,8 @@ from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, StudentAr
 from xtremedistil_tf.teachers.cache import load_manifest, read_sharded, subset
 from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
 from xtremedistil_tf.training.multigrained import MultiGrainedConfig
-from xtremedistil_tf.training.staged import INPUT_KEYS, DistilConfig, batched, make_dev_f1, train_student
+from xtremedistil_tf.training.staged import (INPUT_KEYS, DistilConfig, batched, head_probs_fn, make_dev_f1,
+                                             train_student)
 from xtremedistil_tf.training.strategies import get_strategy
 from xtremedistil_tf.engine.tensorboard import EpochScalars, ScalarLog
 
@@ -264,13 +265,6 @@ def evaluate_student(student, tokenizer, tag_vocab: TagVocab, max_seq_length: in
     """Entity scores of a student's word predictions (`predict_words`: decoded as serving decodes them)."""
     predicted = predict_words(student, tokenizer, tag_vocab, max_seq_length, sentences, scheme, decoder, decode_as)
     return score_by_language([s.tags for s in sentences], predicted, [s.lang for s in sentences], scheme)
-
-
-def head_probs_fn(student: tf.keras.Model):
-    """A compiled {"input_ids", "attention_mask"} [B, T] -> the softmax student's probs [B, T, tags] float32."""
-    spec = tf.TensorSpec([None, None], tf.int32)
-    return tf.function(lambda batch: tf.cast(student(batch, training=False)["probs"], tf.float32),
-                       input_signature=[{"input_ids": spec, "attention_mask": spec}])
 
 
 def lowercases(tokenizer) -> bool:

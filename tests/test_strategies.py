@@ -10,7 +10,7 @@ from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.students import build_bilstm_student, svd_reduce
 from xtremedistil_tf.engine.callbacks import BestSoFar
 from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages
-from xtremedistil_tf.training.staged import DistilConfig, make_dev_f1, predict_tags, train_student
+from xtremedistil_tf.training.staged import DistilConfig, make_dev_f1, predict_tags, stages_key, train_student
 from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
 
 TEACHER_HIDDEN = 16
@@ -194,7 +194,7 @@ class _Counter(tf.keras.callbacks.Callback):
 
 def test_strategies_beginning_alike_train_their_shared_stage_once(toy, tmp_path):
     """D4.1 after D3.1 with one SharedStages starts from D3.1's representation stage and ends as a
-    D4.1 that trained it itself; another key trains it again."""
+    D4.1 that trained it itself; another key or other stages take nothing."""
     def run(strategy, name, shared=None):
         student = _student(toy, seed=4, dropout=0.0)   # no dropout: in-process runs repeat exactly
         counter = _Counter()
@@ -214,9 +214,12 @@ def test_strategies_beginning_alike_train_their_shared_stage_once(toy, tmp_path)
         np.testing.assert_allclose(got.val_losses, want.val_losses, rtol=1e-5)
     for got, want in zip(weights, reference):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
-    # Runs of another key (another seed, say) take nothing.
-    _, _, epochs = run("D4.1", "other", SharedStages(tmp_path / "shared", key={"student": "toy", "seed": 5}))
-    assert epochs == 3
+    # A run of another key (another seed, say) takes nothing; a prefix of other stages neither.
+    prefix = stages_key(get_strategy("D3.1").stages[:1])
+    other = EpochCheckpoint(tmp_path / "other")
+    assert SharedStages(tmp_path / "shared", key={"student": "toy", "seed": 5}).take(other, [prefix]) == 0
+    assert shared.take(other, [stages_key(get_strategy("D4.2").stages[:2])]) == 0 and other.latest() is None
+    assert shared.take(other, [prefix]) == 1 and other.latest() is not None
 
 
 def test_a_ctrl_c_whose_exception_was_lost_stops_training_at_the_next_batch(toy):

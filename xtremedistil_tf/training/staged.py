@@ -312,7 +312,7 @@ def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfe
     if config.pad_id is None:
         raise ConfigError("DistilConfig.pad_id is None; train_student expects the tag vocabulary's [PAD] id, the label "
                           "its losses skip: DistilConfig(pad_id=tag_vocab.pad_id) (student_run.distil_config sets it)")
-    prefixes = [_stages_key(strategy.stages[:k]) for k in range(len(strategy.stages) - 1, 0, -1)]
+    prefixes = [stages_key(strategy.stages[:k]) for k in range(len(strategy.stages) - 1, 0, -1)]
     taken = shared.take(checkpoint, prefixes) if shared is not None and checkpoint is not None else 0
     if taken:
         which = "stage 1 continues" if taken == 1 else f"stages 1-{taken} continue"
@@ -360,14 +360,14 @@ def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfe
                 log.info("[student] %s: dev loss %.4g -> %.4g (best epoch %s)%s", context, tracker.baseline,
                          tracker.best, tracker.best_epoch, "" if f1 is None else f", dev F1 {100 * f1:.2f}")
             if shared is not None and batches is not None and stage_index < len(strategy.stages):
-                shared.keep(engine.checkpoint, _stages_key(strategy.stages[:stage_index]))
+                shared.keep(engine.checkpoint, stages_key(strategy.stages[:stage_index]))
         engine.restore({"student": student})  # every step had finished: the checkpoint holds the final student
     finally:
         _set_trainable(student, [layer.name for layer in student.layers if layer.name not in entry_frozen])
     return history
 
 
-def _stages_key(stages: Sequence[Stage]) -> list:
+def stages_key(stages: Sequence[Stage]) -> list:
     """What a prefix of stages trains, for SharedStages: each stage's name, loss terms and steps."""
     return [asdict(stage) for stage in stages]
 

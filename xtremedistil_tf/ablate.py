@@ -498,8 +498,10 @@ def ablation_report(work: WorkDir, strategies: Sequence[str], seeds: Optional[Se
               *ordering_table(split, seeds or [None], results),
               "", "## Stages (Table 4): dev F1 (%) after each stage and unfrozen layer", "",
               "Dev F1 of the stage's tagger (softmax head, or the logit head in a logits-only stage) "
-              "after each step, with the step's best weights restored; a representation-only stage has no "
-              "tagger (–). Best epoch 0: no epoch beat the step's starting weights."]
+              "after each step, with the step's best weights restored, its word tags decoded as the student's "
+              "scores are (so a strategy's last step gives its dev F1; students of versions before that recorded "
+              "argmax decoding here); a representation-only stage has no tagger (–). Best epoch 0: no epoch beat "
+              "the step's starting weights."]
     for name, infos in results.items():
         lines += ["", f"### {name}: {get_strategy(name).description}"]
         for seed, info in zip(seeds or [None], infos):

@@ -31,10 +31,12 @@ from xtremedistil_tf.students import build_bilstm_student, build_transformer_stu
 from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, StudentArch
 from xtremedistil_tf.teachers.cache import load_manifest, read_sharded, subset
 from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
-from xtremedistil_tf.training.multigrained import MultiGrainedConfig
+from xtremedistil_tf.training.multigrained import MultiGrainedConfig, make_crf_dev_f1, predict_tags_crf, train_multigrained
 from xtremedistil_tf.training.staged import (INPUT_KEYS, DistilConfig, batched, head_probs_fn, make_dev_f1,
                                              train_student)
 from xtremedistil_tf.training.strategies import get_strategy
+from xtremedistil_tf.engine.distribute import scope_of
+from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
 from xtremedistil_tf.engine.tensorboard import EpochScalars, ScalarLog
 
 log = logging.getLogger(__name__)
@@ -171,8 +173,6 @@ def teacher_labeled(examples: tf.data.Dataset, pad_id: int, keys: Sequence[str])
 
 def build_resumable(build, *args, **kwargs) -> tf.keras.Model:
     """`build(*args, **kwargs)` with dropout that each epoch can reseed (engine/resume.py)."""
-    from xtremedistil_tf.engine.resume import stateful_dropout
-
     with stateful_dropout():
         return build(*args, **kwargs)
 
@@ -185,9 +185,6 @@ def distil_staged(cfg: DistilConfig, build, evaluate_fn, tag_vocab, transfer_dir
     (`distil`) and classifiers (training/classification.py) differ only in `build` and
     `evaluate_fn` (dev F1 of a head). `transfer_keep`: staged_sources's; `shared_stages`:
     train_student's `shared`; `log_dir`: TensorBoard scalars of every epoch."""
-    from xtremedistil_tf.engine.distribute import scope_of
-    from xtremedistil_tf.engine.resume import EpochCheckpoint
-
     tf.keras.utils.set_random_seed(cfg.seed)
     with scope_of(distribution):
         student = build_resumable(build)
@@ -225,10 +222,6 @@ def distil_multigrained(cfg: MultiGrainedConfig, teacher, tokenizer, transfer_di
     L_hard); the rest are unlabeled sentences (the teacher's top-1 for L_hard), used when
     `use_unlabeled` (DA). Epochs are selected by Viterbi entity F1 on dev.
     """
-    from xtremedistil_tf.engine.distribute import scope_of
-    from xtremedistil_tf.training.multigrained import make_crf_dev_f1, train_multigrained
-    from xtremedistil_tf.engine.resume import EpochCheckpoint
-
     tf.keras.utils.set_random_seed(cfg.seed)
     with scope_of(distribution):
         student = build_resumable(build_student, cfg, teacher, scheme)
@@ -247,8 +240,6 @@ def predict_words(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int, 
     """Each sentence's word tags from a student, decoded as serving decodes them: softmax students by
     crf.decoding.WordDecoder (`decode_as`: "constrained", the best sequence the tag scheme allows, or
     "argmax"), CRF students by the CRF's Viterbi (only "constrained")."""
-    from xtremedistil_tf.training.multigrained import predict_tags_crf
-
     windows = encode(sentences, tokenizer, tag_vocab, max_seq_length)
     if decoder == "crf":
         if check_decode(decode_as) != "constrained":

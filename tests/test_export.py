@@ -426,10 +426,15 @@ def test_evaluate_scores_an_export_like_its_student(student, exported, tiny_toke
     """bin/evaluate on an exported model: exact character spans of the served entities give the
     Keras student's word-level seqeval scores when every token is one word."""
     from xtremedistil_tf.cli.evaluate import evaluate_model, format_scores
-    from xtremedistil_tf.evaluate import gold_char_spans
+    from xtremedistil_tf.data.sentence import Sentence
+    from xtremedistil_tf.evaluate import char_spans
 
-    assert gold_char_spans(["John", "Smith", "in", "Paris"], ["B-PER", "I-PER", "O", "B-LOC"]) == \
+    assert char_spans(Sentence(["John", "Smith", "in", "Paris"]), ["B-PER", "I-PER", "O", "B-LOC"]) == \
         {(0, 10, "PER"), (14, 19, "LOC")}
+    # Words re-split from "O'Brien in St. Louis": spans index the raw text, not the words joined by spaces.
+    split = Sentence(["O", "'", "Brien", "in", "St", ".", "Louis"], text="O'Brien in St. Louis")
+    assert char_spans(split, ["B-PER", "I-PER", "I-PER", "O", "B-LOC", "I-LOC", "I-LOC"]) == \
+        {(0, 7, "PER"), (11, 20, "LOC")}
     sentences = toy_ner_sentences(40, seed=7)
     served = evaluate_model(exported.parent, sentences, "IOB2")
     predicted = [reference(student[0], tiny_tokenizer, " ".join(s.tokens))[0] for s in sentences]

@@ -207,7 +207,7 @@ def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, la
     fingerprint = {**upstream, "student": pipeline.student_fingerprint(sc)}
 
     def build(tmp: Path) -> dict:
-        from xtremedistil_tf.evaluate import score_by_language
+        from xtremedistil_tf.evaluate import tag_scores
         from xtremedistil_tf.teachers.saved import load_teacher
         from xtremedistil_tf.training.student_run import predict_words, save_student
 
@@ -235,9 +235,7 @@ def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, la
                          cfg.data.scheme, teacher.max_seq_length)
         # Pooling every language's own predictions gives the overall score, and per language
         # exactly what that language's student scores on its own sentences.
-        scores = {split: score_by_language([s.tags for s in splits[split]], predicted[split],
-                                           [s.lang for s in splits[split]], cfg.data.scheme)
-                  for split in scored}
+        scores = {split: tag_scores(splits[split], predicted[split], cfg.data.scheme) for split in scored}
         return {"per_language": per_language, "scores": scores,
                 "train_seconds": sum(v["train_seconds"] for v in per_language.values()),
                 "parameters": sum(v["parameters"] for v in per_language.values())}

@@ -1,6 +1,7 @@
 """Entity-level scores with seqeval, over words (never word pieces), overall and per language;
-class scores for sentence classification; and exact character-span scores for an exported
-model, which returns entities as character offsets.
+class scores for sentence classification; and exact character-span scores: an exported model
+returns entities as character offsets of its text, and a tagger's word tags give the same spans
+through its words' offsets (`tag_scores`), so a saved model and its export are scored alike.
 
 Tags of any scheme are converted to IOB2 first so seqeval's default (CoNLL) span rules apply
 the same way to WikiAnn (IOB2) and MSRA (BMES).
@@ -14,6 +15,8 @@ import numpy as np
 from seqeval.metrics import classification_report, f1_score, precision_score, recall_score
 
 from xtremedistil_tf.data.schemes import tags_to_spans, to_iob2
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.data.wordsplit import word_offsets
 
 Span = Tuple[int, int, str]  # (start character, end character (exclusive), entity type)
 
@@ -46,15 +49,24 @@ def type_scores(y_true, y_pred) -> Dict[str, Dict[str, float]]:
             for kind, v in sorted(report.items()) if not kind.endswith(" avg")}
 
 
-def gold_char_spans(tokens: Sequence[str], tags: Sequence[str], scheme: str = "IOB2") -> Set[Span]:
-    """The gold entities of a sentence as character spans of its tokens joined by single spaces
-    (the text an exported model is given)."""
-    starts, position = [], 0
-    for token in tokens:
-        starts.append(position)
-        position += len(token) + 1
-    return {(starts[first], starts[end - 1] + len(tokens[end - 1]), etype)
-            for etype, first, end in tags_to_spans(list(tags), scheme)}
+def char_spans(sentence: Sentence, tags: Sequence[str], scheme: str = "IOB2") -> Set[Span]:
+    """The entities of word `tags` of `sentence` as character spans of its raw text (`Sentence.raw_text`: the
+    text an exported model is given; its words' offsets, data/wordsplit.word_offsets)."""
+    offsets = word_offsets(sentence)
+    return {(offsets[first][0], offsets[end - 1][1], etype) for etype, first, end in tags_to_spans(list(tags), scheme)}
+
+
+def tag_scores(sentences: Sequence[Sentence], predicted: Sequence[Sequence[str]], scheme: str = "IOB2") -> Dict:
+    """`score_by_language` of predicted word tags against the sentences' tags, with "spans": the same predictions
+    scored on exact entity character spans of the sentences' raw text (`char_spans`), what `bin/evaluate` scores
+    an export on. With the served word split (data/wordsplit.py) the two agree but for entities of words that
+    vanish; the spans are the number comparable with an export's."""
+    gold, langs = [s.tags for s in sentences], [s.lang for s in sentences]
+    scores = score_by_language(gold, predicted, langs, scheme)
+    scores["spans"] = score_by_language([char_spans(s, s.tags, scheme) for s in sentences],
+                                        [char_spans(s, p, scheme) for s, p in zip(sentences, predicted)],
+                                        langs, scorer=span_scores)
+    return scores
 
 
 def span_scores(gold: Sequence[Set[Span]], pred: Sequence[Set[Span]]) -> Dict:

@@ -143,7 +143,7 @@ def benchmark(work_dir, variants: Sequence[Tuple[str, str]] = VARIANTS, queries:
 
     from xtremedistil_tf.data.loading import read_jsonl
     from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.evaluate import gold_char_spans, span_scores
+    from xtremedistil_tf.evaluate import char_spans, span_scores
     from xtremedistil_tf.export.student import read_config
     from xtremedistil_tf.io import dir_size
 
@@ -155,11 +155,11 @@ def benchmark(work_dir, variants: Sequence[Tuple[str, str]] = VARIANTS, queries:
                               "work dir's student on its test split)")
     scheme = read_config(student_dir).scheme
     sentences = [s for s in read_jsonl(test_path) if s.tags is not None]
-    gold = [gold_char_spans(s.tokens, s.tags, scheme) for s in sentences]
+    gold = [char_spans(s, s.tags, scheme) for s in sentences]
     root = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="xd_formats_"))
     texts_path = root / "texts.json"
     root.mkdir(parents=True, exist_ok=True)
-    texts_path.write_text(json.dumps([" ".join(s.tokens) for s in sentences], ensure_ascii=False), encoding="utf-8")
+    texts_path.write_text(json.dumps([s.raw_text for s in sentences], ensure_ascii=False), encoding="utf-8")
     rows = []
     try:
         for fmt, quantize in variants:

@@ -8,8 +8,12 @@
 
 --model is a teacher dir (with teacher.json: <work_dir>/teacher/model, or <work_dir>/teacher),
 a student dir (with student.json: <work_dir>/student, <work_dir>/ablate/<strategy>), or an
-exported model (<export_dir>/<name>[/<version>], from bin/export): that one is given each
-sentence's tokens joined by spaces and scored on exact entity character spans. The
+exported model (a SavedModel <export_dir>/<name>[/<version>], or an ONNX or TFLite export dir with
+export.json, from bin/export): that one is given each sentence's raw text (its tokens joined by
+single spaces) and scored on exact entity character spans. A teacher or student dir is scored on the
+words of --word_split (bert, the default: the data's tokens re-split as an export splits raw text), by
+entity over words (the token-level F1) and, beside it, on the same exact entity character spans of the
+raw text (the span F1: what its export scores). The
 data flags are bin/train's: the file is --test_file (relative to --data_dir); for wikiann it is
 <data_dir>/<lang>/<test_file> for each of --langs (default: the test split); for demo it is the
 test split bin/train holds out (same --dev_fraction, --test_fraction and --seed).
@@ -37,8 +41,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from absl import flags
 
 from xtremedistil_tf.cli.common import command, define_common_flags
-from xtremedistil_tf.data.loading import DATA_FORMATS
+from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS
 from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.data.wordsplit import DEFAULT_WORD_SPLIT, apply_word_split
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 from xtremedistil_tf.export.student import CLASSIFIER
@@ -58,6 +63,9 @@ flags.DEFINE_string("test_file", "", "Labeled file to score (wikiann: the split 
                     "default test).")
 flags.DEFINE_list("langs", [], "WikiAnn languages, e.g. en,de,fr.")
 flags.DEFINE_enum("scheme", "IOB2", ["IOB1", "IOB2", "BIOES", "BMES"], "Tag scheme of the data.")
+flags.DEFINE_enum("word_split", "bert", ["bert", "none"],
+                  "bin/train's --word_split: the words a teacher or student is scored on (bert: the served split "
+                  "of the raw text; none: the data's own tokens). An export always splits raw text itself.")
 flags.DEFINE_bool("strict_tags", False, "Reject invalid tag sequences instead of reading them leniently.")
 flags.DEFINE_float("dev_fraction", 0.1, "demo only: the dev fraction bin/train held out.")
 flags.DEFINE_float("test_fraction", 0.1, "demo only: the test fraction bin/train held out.")
@@ -73,24 +81,27 @@ define_common_flags()
 
 def read_labeled(fmt: str, data_dir: str, test_file: str, langs: Sequence[str], scheme: str,
                  strict_tags: bool = False, dev_fraction: float = 0.1, test_fraction: float = 0.1,
-                 seed: int = 42) -> List[Sentence]:
-    """The labeled sentences the data flags name, read as bin/train reads its test split."""
+                 seed: int = 42, word_split: str = DEFAULT_WORD_SPLIT) -> List[Sentence]:
+    """The labeled sentences the data flags name, read as bin/train reads its test split (in `word_split`'s
+    words; sentence-classification data as it is)."""
     from xtremedistil_tf.data.demo import read_demo, split_train_dev_test
     from xtremedistil_tf.data.readers import read_dataset, read_wikiann_dirs
 
     if fmt == "demo":
-        return split_train_dev_test(read_demo(), dev_fraction, test_fraction, seed)[2]
-    if fmt == "wikiann":
+        sentences = split_train_dev_test(read_demo(), dev_fraction, test_fraction, seed)[2]
+    elif fmt == "wikiann":
         if not langs:
             raise ConfigError("--data_format=wikiann needs --langs (e.g. en,de)")
-        return read_wikiann_dirs(data_dir, langs, test_file or "test", scheme=scheme, strict_tags=strict_tags)
-    if not test_file:
-        raise ConfigError("--test_file is required")
-    path = Path(test_file)
-    if data_dir and not path.is_absolute():
-        path = Path(data_dir) / path
-    say_if_blocking(path)
-    return read_dataset(fmt, path, scheme=scheme, strict_tags=strict_tags)
+        sentences = read_wikiann_dirs(data_dir, langs, test_file or "test", scheme=scheme, strict_tags=strict_tags)
+    else:
+        if not test_file:
+            raise ConfigError("--test_file is required")
+        path = Path(test_file)
+        if data_dir and not path.is_absolute():
+            path = Path(data_dir) / path
+        say_if_blocking(path)
+        sentences = read_dataset(fmt, path, scheme=scheme, strict_tags=strict_tags)
+    return sentences if fmt in CLASSIFICATION_FORMATS else apply_word_split(sentences, word_split, scheme)
 
 
 def model_kind(directory) -> Tuple[str, Path]:
@@ -101,10 +112,12 @@ def model_kind(directory) -> Tuple[str, Path]:
     for kind, path in (("teacher", directory), ("student", directory), ("teacher", directory / "model")):
         if (path / f"{kind}.json").exists():
             return kind, path
-    if (directory / "saved_model.pb").exists() or any(directory.glob("[0-9]*/saved_model.pb")):
+    if ((directory / "saved_model.pb").exists() or any(directory.glob("[0-9]*/saved_model.pb"))
+            or (directory / "export.json").exists()):
         return "export", directory
     raise ConfigError(f"{directory} holds neither teacher.json (a saved teacher, e.g. <work_dir>/teacher/model), "
-                      "student.json (a saved student, e.g. <work_dir>/student) nor an exported SavedModel")
+                      "student.json (a saved student, e.g. <work_dir>/student) nor an export (a SavedModel, or "
+                      "export.json of an ONNX or TFLite export)")
 
 
 def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode: Optional[str] = None) -> Dict:
@@ -121,18 +134,25 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
         raise ConfigError(f"--decode={OWN} is a token teacher's own decoding; {path} is {'an' if kind == 'export' else 'a'} "
                           f"{kind}")
     if kind == "export":
-        meta = _export_meta(path)
-        if meta is not None:
-            _check_tags(path, meta, sentences, scheme)
-        from xtremedistil_tf.export.predictor import saved_model_dir
-        from xtremedistil_tf.export.serving import exported_decode
+        portable = (path / "export.json").exists()
+        if portable:
+            meta = read_json(path / "export.json")
+            _check_tags(path, meta["scheme"], meta["word_labels"], sentences, scheme)
+            exported = meta["decode"]
+        else:
+            meta = _export_meta(path)
+            if meta is not None:
+                _check_tags(path, meta.scheme, meta.labels, sentences, scheme)
+            from xtremedistil_tf.export.predictor import saved_model_dir
+            from xtremedistil_tf.export.serving import exported_decode
 
-        exported = exported_decode(saved_model_dir(path))
+            exported = exported_decode(saved_model_dir(path))
         if decode is not None and decode != exported:
             raise ConfigError(f"--decode={decode}: {path} was exported with {exported} decoding; score it without "
                               f"--decode or re-export with bin/export --decode={decode}")
         return {"model": str(path), "kind": kind, "scheme": scheme, "decode": exported,
-                **_evaluate_served(path, sentences, scheme)}
+                **({"format": meta["format"], "quantize": meta["quantize"]} if portable else {"format": "saved_model"}),
+                **_evaluate_served(path, sentences, scheme, portable)}
     _check_task(path, kind, sentences)
     if kind == "teacher":
         from xtremedistil_tf.teachers.classifier import SequenceTeacher, evaluate_sequence_teacher
@@ -173,17 +193,18 @@ def _export_meta(path: Path):
     return read_config(extra) if (extra / "student.json").exists() else None
 
 
-def _check_tags(path: Path, meta, sentences: Sequence[Sentence], scheme: str) -> None:
+def _check_tags(path: Path, model_scheme: str, labels: Sequence[str], sentences: Sequence[Sentence],
+                scheme: str) -> None:
     """A tagger (student dir or export) scores data of its own scheme and label set only; checked
     before the model loads. Predicted tags are in the model's scheme and gold tags in --scheme;
     scoring converts both with one scheme, so they must agree."""
     from xtremedistil_tf.data.schemes import normalize_scheme
 
-    if meta.scheme != normalize_scheme(scheme):
-        raise ConfigError(f"{path} tags in {meta.scheme}, but --scheme={scheme}")
-    unknown = sorted({tag for s in sentences for tag in (s.tags or ())} - set(meta.labels))
+    if model_scheme != normalize_scheme(scheme):
+        raise ConfigError(f"{path} tags in {model_scheme}, but --scheme={scheme}")
+    unknown = sorted({tag for s in sentences for tag in (s.tags or ())} - set(labels))
     if unknown:
-        raise ConfigError(f"--model={path} was trained on the labels {', '.join(meta.labels)}; the data has "
+        raise ConfigError(f"--model={path} was trained on the labels {', '.join(labels)}; the data has "
                           f"{', '.join(unknown)}, which it cannot predict: score it on data of its label set")
 
 
@@ -194,7 +215,7 @@ def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str, de
 
     meta = read_config(path)
     if meta.decoder != CLASSIFIER:
-        _check_tags(path, meta, sentences, scheme)
+        _check_tags(path, meta.scheme, meta.labels, sentences, scheme)
     model, meta, tokenizer = load_student(path)
     if meta.decoder == CLASSIFIER:
         from xtremedistil_tf.data.classification import ClassVocab
@@ -205,16 +226,24 @@ def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str, de
                                                  sentences, scheme, meta.decoder, decode)}
 
 
-def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str) -> Dict:
-    """Exact character-span scores of an exported model's entities on the sentences' tokens
-    joined by spaces (its own tokenizer splits them into words)."""
-    from xtremedistil_tf.evaluate import gold_char_spans, score_by_language, span_scores
-    from xtremedistil_tf.export.predictor import load_serving_fn, predict
+def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, portable: bool = False) -> Dict:
+    """Exact character-span scores of an exported model's entities on the sentences' raw text (its own
+    tokenizer splits it into words): a SavedModel through its serving signature, an ONNX or TFLite export
+    through its shipped predict.py (export/portable.py), in this process."""
+    from xtremedistil_tf.evaluate import char_spans, score_by_language, span_scores
 
     if any(s.tags is None for s in sentences):
         raise ConfigError(f"{path} tags tokens; score it on tagged data, not --data_format=label_tsv")
-    records = predict(load_serving_fn(path), [" ".join(s.tokens) for s in sentences])
-    gold = [gold_char_spans(s.tokens, s.tags, scheme) for s in sentences]
+    texts = [s.raw_text for s in sentences]
+    if portable:
+        from xtremedistil_tf.export.portable import Predictor
+
+        records = Predictor(path).predict(texts)
+    else:
+        from xtremedistil_tf.export.predictor import load_serving_fn, predict
+
+        records = predict(load_serving_fn(path), texts)
+    gold = [char_spans(s, s.tags, scheme) for s in sentences]
     pred = [{(e["start"], e["end"], e["type"]) for e in r["entities"]} for r in records]
     return score_by_language(gold, pred, [s.lang for s in sentences], scorer=span_scores)
 
@@ -241,7 +270,7 @@ def evaluate() -> None:
         raise ConfigError("--model is required")
     model_kind(FLAGS.model)   # a wrong dir fails before the data is read
     sentences = read_labeled(FLAGS.data_format, FLAGS.data_dir, FLAGS.test_file, FLAGS.langs, FLAGS.scheme,
-                             FLAGS.strict_tags, FLAGS.dev_fraction, FLAGS.test_fraction, FLAGS.seed)
+                             FLAGS.strict_tags, FLAGS.dev_fraction, FLAGS.test_fraction, FLAGS.seed, FLAGS.word_split)
     scores = evaluate_model(FLAGS.model, sentences, FLAGS.scheme, FLAGS.decode if FLAGS["decode"].present else None)
     if FLAGS.output_json:
         atomic_write_json(FLAGS.output_json, scores)

@@ -51,6 +51,11 @@ flags.DEFINE_float("test_fraction", _DATA.test_fraction, "demo only: fraction he
 flags.DEFINE_string("transfer_file", _DATA.transfer_file, "Unlabeled sentences (one per line) added to the transfer set.")
 flags.DEFINE_bool("transfer_char_level", _DATA.transfer_char_level, "Split transfer lines into characters (Chinese).")
 flags.DEFINE_enum("scheme", _DATA.scheme, list(SCHEMES), "Tag scheme of the data.")
+flags.DEFINE_enum("word_split", _DATA.word_split, ["bert", "none"],
+                  "The words models train, score and serve on (docs/data.md, 'One word split'). bert: every token "
+                  "re-split as BERT's pre-tokenizer splits raw text, which is what an exported model does (O'Brien -> "
+                  "O ' Brien, each part keeping the token's entity); none: the data's own tokens (scores comparable "
+                  "word for word with published ones, but a served model then sees other words).")
 flags.DEFINE_bool("strict_tags", _DATA.strict_tags, "Reject invalid tag sequences (e.g. I- after O) instead of reading them leniently.")
 flags.DEFINE_integer("max_train_sentences", _DATA.max_train_sentences, "Use only the first N training sentences of each language (0: all).")
 flags.DEFINE_integer("max_eval_sentences", _DATA.max_eval_sentences, "Use only the first N dev and test sentences of each language (0: all).")
@@ -242,7 +247,7 @@ def config_from_flags():
                       scheme=FLAGS.scheme, strict_tags=FLAGS.strict_tags,
                       max_train_sentences=FLAGS.max_train_sentences, max_eval_sentences=FLAGS.max_eval_sentences,
                       transfer_from_train_rest=FLAGS.transfer_from_train_rest,
-                      seed=FLAGS.seed, source=FLAGS.data_source)
+                      seed=FLAGS.seed, source=FLAGS.data_source, word_split=FLAGS.word_split)
     finetune = recipe_for(FLAGS.teacher_head, epochs=FLAGS.teacher_epochs, batch_size=FLAGS.teacher_batch_size,
                           learning_rate=FLAGS.teacher_learning_rate,
                           head_learning_rate=FLAGS.teacher_head_learning_rate,

@@ -16,6 +16,7 @@ from xtremedistil_tf.data.demo import HOLDOUT_FRACTION, HOLDOUT_SEED, holdout_sp
 from xtremedistil_tf.data.readers import read_dataset, read_unlabeled, read_wikiann_dirs
 from xtremedistil_tf.data.schemes import entity_types, label_set
 from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.data.wordsplit import DEFAULT_WORD_SPLIT, WORD_SPLITS, apply_word_split
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_text
 
@@ -50,14 +51,19 @@ class DataConfig:
     # "tfds:<name>/<config>" (e.g. tfds:wikiann/en, tfds:conll2003): the labeled splits come from
     # TensorFlow Datasets' own builder instead of files (data/tfds_builders.py, load_tfds_splits).
     source: str = ""
+    # The words models see (data/wordsplit.py): "bert" re-splits every token as BERT's pre-tokenizer splits text (what
+    # an exported model does to raw text), "none" keeps the data's own tokens. Sentence classification is not split.
+    word_split: str = DEFAULT_WORD_SPLIT
 
     def to_dict(self) -> dict:
-        """The settings that make the data; `source` and `transfer_from_train_rest` only when set,
-        so work dirs made before they existed keep their fingerprint."""
+        """The settings that make the data; `source` and `transfer_from_train_rest` only when set, and `word_split`
+        only when not "none" (the data's own tokens), so work dirs made before they existed keep their fingerprint."""
         fields = asdict(self)
         for name in ("source", "transfer_from_train_rest"):
             if not fields[name]:
                 del fields[name]
+        if fields["word_split"] == "none":
+            del fields["word_split"]
         return fields
 
     @property
@@ -85,6 +91,8 @@ def check_data_config(cfg: DataConfig) -> None:
     for name in ("max_train_sentences", "max_eval_sentences"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name}={getattr(cfg, name)}; expected 0 (all) or a positive count")
+    if cfg.word_split not in WORD_SPLITS:
+        raise ConfigError(f"--word_split={cfg.word_split}; expected one of {', '.join(WORD_SPLITS)}")
     if cfg.transfer_from_train_rest < 0:
         raise ConfigError(f"--transfer_from_train_rest={cfg.transfer_from_train_rest}; expected 0 (none) or a "
                           "positive count per language")
@@ -142,7 +150,10 @@ def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
     transfer = [Sentence(s.tokens, lang=s.lang) for s in rest]   # labels dropped
     if cfg.transfer_file:
         transfer += read_unlabeled(_path(cfg, cfg.transfer_file), char_level=cfg.transfer_char_level)
-    return {"train": train, "dev": dev, "test": test, "transfer": transfer}
+    splits = {"train": train, "dev": dev, "test": test, "transfer": transfer}
+    if cfg.task == "classification":
+        return splits
+    return {name: apply_word_split(sentences, cfg.word_split, cfg.scheme) for name, sentences in splits.items()}
 
 
 def _labels(cfg: DataConfig, sentences: List[Sentence]) -> Dict[str, str]:
@@ -196,7 +207,8 @@ def labels_of(splits: Dict[str, List[Sentence]], scheme: str) -> List[str]:
 def write_jsonl(sentences: List[Sentence], path) -> None:
     lines = (json.dumps({"tokens": list(s.tokens), "tags": list(s.tags) if s.tags is not None else None,
                          "lang": s.lang,
-                         **({"label": s.label} if s.label is not None else {})}, ensure_ascii=False) for s in sentences)
+                         **({"label": s.label} if s.label is not None else {}),
+                         **({"text": s.text} if s.text is not None else {})}, ensure_ascii=False) for s in sentences)
     atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 

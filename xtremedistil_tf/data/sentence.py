@@ -19,6 +19,9 @@ class Sentence:
     tags: Optional[tuple[str, ...]] = None
     lang: Optional[str] = None
     label: Optional[str] = None
+    # The raw text the tokens were split from (data/wordsplit.resplit), when it is not the tokens joined by single
+    # spaces: the words are its substrings, in order, and entity character spans index it.
+    text: Optional[str] = None
 
     def __post_init__(self) -> None:
         # frozen=True forbids normal assignment; object.__setattr__ is the
@@ -34,6 +37,11 @@ class Sentence:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def raw_text(self) -> str:
+        """The text an exported model is given for this sentence: `text`, or the tokens joined by single spaces."""
+        return self.text if self.text is not None else " ".join(self.tokens)
 
     @property
     def is_labeled(self) -> bool:

@@ -14,7 +14,7 @@ from xtremedistil_tf.crf.decoding import WordDecoder
 from xtremedistil_tf.data.alignment import Windows, encode, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.evaluate import score_by_language
+from xtremedistil_tf.evaluate import tag_scores
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
 from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint
@@ -279,8 +279,7 @@ def evaluate_teacher_by_decode(teacher, tokenizer, sentences: Sequence[Sentence]
     """{decode: entity scores of the teacher's word-level predictions on labeled sentences} for each of
     `decodes` (`teacher_word_tags`), from one forward pass."""
     windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    gold, langs = [s.tags for s in sentences], [s.lang for s in sentences]
-    return {decode: score_by_language(gold, predicted, langs, scheme)
+    return {decode: tag_scores(sentences, predicted, scheme)
             for decode, predicted in teacher_word_tags_by_decode(teacher, windows, scheme, decodes, batch_size).items()}
 
 

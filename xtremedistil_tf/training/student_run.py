@@ -21,7 +21,7 @@ import tensorflow as tf
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.evaluate import score_by_language
+from xtremedistil_tf.evaluate import tag_scores
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
 from xtremedistil_tf.export.student import StudentMeta, load_student_dir, write_student_dir
 from xtremedistil_tf.io import atomic_dir
@@ -255,7 +255,7 @@ def evaluate_student(student, tokenizer, tag_vocab: TagVocab, max_seq_length: in
                      decode_as: str = DEFAULT_DECODE) -> Dict:
     """Entity scores of a student's word predictions (`predict_words`: decoded as serving decodes them)."""
     predicted = predict_words(student, tokenizer, tag_vocab, max_seq_length, sentences, scheme, decoder, decode_as)
-    return score_by_language([s.tags for s in sentences], predicted, [s.lang for s in sentences], scheme)
+    return tag_scores(sentences, predicted, scheme)
 
 
 def lowercases(tokenizer) -> bool:

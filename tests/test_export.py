@@ -445,7 +445,7 @@ def test_evaluate_scores_an_export_like_its_student(student, exported, tiny_toke
     for key in ("precision", "recall", "f1"):
         assert served["all"][key] == pytest.approx(keras[key])
     assert served["all"]["f1"] > 0.5  # the toy student learned the task, so the comparison is not vacuous
-    assert "(exact entity character spans), constrained decoding" in format_scores(served)
+    assert "(saved_model: exact entity character spans), constrained decoding" in format_scores(served)
 
 
 def test_evaluate_refuses_tags_outside_the_label_set_for_an_export_as_for_its_student(student, exported):

@@ -276,10 +276,9 @@ def _distil_language(work: WorkDir, sc, teacher, tokenizer, dev_sentences, windo
     """One D0 student: labeled windows of `lang` from the transfer cache, selected on its dev windows."""
     import tensorflow as tf
 
-    from xtremedistil_tf.data.alignment import encode
     from xtremedistil_tf.teachers.cache import read_sharded, subset
     from xtremedistil_tf.training.staged import batched, make_dev_f1, train_student
-    from xtremedistil_tf.training.student_run import build_student, distil_config
+    from xtremedistil_tf.training.student_run import build_student, distil_config, served_windows
 
     tf.keras.utils.set_random_seed(sc.seed)
     student = build_student(sc, teacher, scheme)
@@ -288,7 +287,8 @@ def _distil_language(work: WorkDir, sc, teacher, tokenizer, dev_sentences, windo
     train_ds = batched(train, sc.batch_size, shuffle_buffer=int(keep.sum()), seed=sc.seed)
     dev_ds = batched(subset(read_sharded(work.path("transfer_dev")), window_langs["dev"] == lang), sc.batch_size)
     dev = [s for s in dev_sentences if s.lang == lang]
-    evaluate_fn = make_dev_f1(encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length),
+    evaluate_fn = make_dev_f1(served_windows(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
+                                             sc.arch.architecture != "transformer"),
                               [s.tags for s in dev], teacher.tag_vocab, scheme)
     log.info("D0 %s: %d train windows, %d dev sentences", lang, int(keep.sum()), len(dev))
     # D0's only stage trains on labels, so no transfer set is given.

@@ -623,6 +623,11 @@ def _score_rows(model: str, scores: dict) -> List[tuple]:
         extra = f" (mean over languages {s['f1_mean']:.4f} +- {s['f1_std']:.4f})" if several else ""
         rows.append((f"{model} {split} F1 / P / R",
                      f"{s['all']['f1']:.4f} / {s['all']['precision']:.4f} / {s['all']['recall']:.4f}{extra}"))
+        if "spans" in s:   # evaluate.tag_scores: exact entity character spans of the raw text
+            spans = s["spans"]["all"]
+            rows.append((f"{model} {split} span F1 / P / R",
+                         f"{spans['f1']:.4f} / {spans['precision']:.4f} / {spans['recall']:.4f} (entity character "
+                         "spans of the raw text: what the export serves)"))
     return rows
 
 

@@ -68,8 +68,9 @@ def score_rows(metrics: dict) -> List[List[str]]:
         for label, key in ((name, "scores"), (f"{name} (argmax)", "argmax_scores")):
             for split, s in model.get(key, {}).items():
                 spread = (f"{s['f1_mean']:.4f} ± {s['f1_std']:.4f}" if len(s.get("languages", {})) > 1 else "")
+                spans = f"{s['spans']['all']['f1']:.4f}" if "spans" in s else "-"
                 rows.append([label, split, f"{s['all']['precision']:.4f}", f"{s['all']['recall']:.4f}",
-                             f"{s['all']['f1']:.4f}", spread])
+                             f"{s['all']['f1']:.4f}", spans, spread])
     return rows
 
 
@@ -300,8 +301,11 @@ def write_report(work_dir, latency_json=None) -> Path:
     latency_path = Path(latency_json) if latency_json else work_dir / "latency.json"
     latency = read_json(latency_path) if latency_path.exists() else None
 
-    lines = [f"# Report: {work_dir.name}", "", "## Scores (entity-level, seqeval)", "", *([hint, ""] if hint else [])]
-    lines += _table(["model", "split", "precision", "recall", "F1", "F1 mean ± std over languages"],
+    lines = [f"# Report: {work_dir.name}", "", "## Scores (entity-level, seqeval)", "",
+             "F1 is over the words the models see (the data's tokens in the served word split, docs/data.md); span F1 "
+             "scores the same predictions on exact entity character spans of the raw text, what an export of the "
+             "model gives on that text.", "", *([hint, ""] if hint else [])]
+    lines += _table(["model", "split", "precision", "recall", "F1", "span F1", "F1 mean ± std over languages"],
                     score_rows(metrics))
     lines += ["", "## Parameters and size on disk", ""]
     lines += _table(["model", "parameters", "compression", "MiB on disk"], size_rows(metrics, work_dir))

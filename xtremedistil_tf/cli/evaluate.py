@@ -250,7 +250,8 @@ def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, por
 
 def format_scores(scores: Dict) -> str:
     a = scores["all"]
-    metric = " (exact entity character spans)" if scores["kind"] == "export" else ""
+    metric = (f" ({scores.get('format', 'saved_model')}" + (f" {scores['quantize']}" if scores.get('quantize', 'none') != 'none' else '')
+              + ': exact entity character spans)') if scores['kind'] == 'export' else ''
     decoding = f", {scores['decode']} decoding" if "decode" in scores else ""
     lines = [f"{scores['kind']} {scores['model']} on {a['sentences']:,} sentences{metric}{decoding}",
              f"precision {a['precision']:.4f}  recall {a['recall']:.4f}  F1 {a['f1']:.4f}"
@@ -260,6 +261,12 @@ def format_scores(scores: Dict) -> str:
                      f"({s['sentences']:,} sentences)")
     if "f1_mean" in scores:
         lines.append(f"F1 across languages: mean {scores['f1_mean']:.4f}, std {scores['f1_std']:.4f}")
+    if "spans" in scores:   # a tagger dir: the same predictions on exact entity character spans of the raw text
+        spans = scores["spans"]
+        lines.append(f"span precision {spans['all']['precision']:.4f}  recall {spans['all']['recall']:.4f}  "
+                     f"F1 {spans['all']['f1']:.4f}  (exact entity character spans of the raw text, as an export "
+                     "of it is scored)" + (f"; across languages: mean {spans['f1_mean']:.4f}, std "
+                                           f"{spans['f1_std']:.4f}" if "f1_mean" in spans else ""))
     return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf.data.alignment import TagVocab, decode, encode, predict_by_length
+from xtremedistil_tf.data.alignment import TagVocab, decode, encode, predict_by_length, word_pieces
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import tag_scores
@@ -207,7 +207,8 @@ def distil(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, t
     every step can be selected by its stage's loss on dev; steps with a tagger record their dev
     entity F1. `run`: distil_staged's checkpoint_dir, distribution, transfer_keep, shared_stages.
     """
-    dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    dev_windows = served_windows(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
+                                 cfg.arch.architecture != "transformer")
     evaluate_fn = make_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
     return distil_staged(cfg, lambda: build_student(cfg, teacher, scheme), evaluate_fn, teacher.tag_vocab,
                          transfer_dir, dev_cache_dir, train_windows, progress, log_dir, **run)
@@ -235,12 +236,25 @@ def distil_multigrained(cfg: MultiGrainedConfig, teacher, tokenizer, transfer_di
     return student, history
 
 
+def served_windows(sentences: Sequence[Sentence], tokenizer, tag_vocab: TagVocab, max_seq_length: int,
+                   recurrent: bool):
+    """The windows a student is scored on, as its export serves text (export/serving.py): a recurrent (BiLSTM)
+    student's export runs each text whole, however long, so it is scored on one window per sentence; a
+    transformer's on windows of `max_seq_length` (its position embeddings bound it)."""
+    if recurrent:
+        longest = max((sum(map(len, pieces)) for pieces in word_pieces(tokenizer, sentences)), default=1)
+        max_seq_length = max(max_seq_length, longest + 2)
+    return encode(sentences, tokenizer, tag_vocab, max_seq_length)
+
+
 def predict_words(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int, sentences: Sequence[Sentence],
                   scheme: str, decoder: str = "softmax", decode_as: str = DEFAULT_DECODE) -> List[List[str]]:
     """Each sentence's word tags from a student, decoded as serving decodes them: softmax students by
     crf.decoding.WordDecoder (`decode_as`: "constrained", the best sequence the tag scheme allows, or
-    "argmax"), CRF students by the CRF's Viterbi (only "constrained")."""
-    windows = encode(sentences, tokenizer, tag_vocab, max_seq_length)
+    "argmax"), CRF students by the CRF's Viterbi (only "constrained"); on the windows its export runs
+    (`served_windows`)."""
+    recurrent = any(layer.name == "bilstm" for layer in student.layers)
+    windows = served_windows(sentences, tokenizer, tag_vocab, max_seq_length, recurrent)
     if decoder == "crf":
         if check_decode(decode_as) != "constrained":
             raise ConfigError(f"--decode={decode_as}: a CRF student decodes with its CRF's Viterbi; --decode=argmax "

@@ -1,0 +1,84 @@
+"""Issue 29 acceptance: what a user gets from raw text is what bin/evaluate reports.
+
+A toy student is trained on data whose entities hold tokens the served split divides (`o'brien`, `u.s.`, `st.`),
+read as the data step reads them (re-split, tags carried over); its SavedModel export is sent each test sentence's raw
+text, and the entities it serves equal, entity for entity, the character spans that bin/evaluate scores on the
+student directory.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import TOY_LABELS, toy_student_model
+from xtremedistil_tf.cli.evaluate import evaluate_model
+from xtremedistil_tf.data.alignment import TagVocab, encode
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.data.wordsplit import resplit
+from xtremedistil_tf.evaluate import char_spans
+from xtremedistil_tf.export.predictor import load_serving_fn, predict
+from xtremedistil_tf.export.serving import export_student
+from xtremedistil_tf.training.student_run import predict_words, save_student
+
+
+def split_sentences(n, seed):
+    """Names (PER) that hold `o'brien`, places (LOC) that hold `st.` or `u.s.`, fillers O; data's own tokens."""
+    rng = np.random.default_rng(seed)
+    names = [["john", "o'brien"], ["mary"], ["o'brien"]]
+    places = [["st.", "paris"], ["u.s."], ["berlin"], ["paris"]]
+    fillers = ["the", "in", "of", "to", "and", "at", "on", "is", "was", "."]
+    sentences = []
+    for _ in range(n):
+        tokens, tags = [], []
+        for _ in range(int(rng.integers(3, 8))):
+            r = rng.random()
+            entity, kind = ((names[rng.integers(len(names))], "PER") if r < 0.25 else
+                            (places[rng.integers(len(places))], "LOC") if r < 0.5 else (None, None))
+            if entity is None:
+                tokens.append(str(rng.choice(fillers)))
+                tags.append("O")
+            else:
+                tokens += entity
+                tags += [f"B-{kind}"] + [f"I-{kind}"] * (len(entity) - 1)
+        sentences.append(Sentence(tokens, tags))
+    return sentences
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_tokenizer):
+    """(student dir, export dir, test sentences in the served split)."""
+    train, test = resplit(split_sentences(300, seed=1)), resplit(split_sentences(60, seed=2))
+    tf.keras.utils.set_random_seed(0)
+    windows = encode(train, tiny_tokenizer, TagVocab(TOY_LABELS), max_seq_length=24)
+    model = toy_student_model(tiny_tokenizer)
+    model.compile(tf.keras.optimizers.Adam(0.02), loss={"probs": tf.keras.losses.SparseCategoricalCrossentropy()})
+    model.fit({"input_ids": windows.input_ids, "attention_mask": windows.attention_mask},
+              {"probs": windows.label_ids}, sample_weight={"probs": windows.attention_mask},
+              epochs=4, batch_size=32, verbose=0)
+    student_dir = tmp_path_factory.mktemp("split") / "student"
+    save_student(student_dir, model, "bilstm", tiny_tokenizer, TagVocab(TOY_LABELS), "IOB2", 24)
+    export_dir = export_student(student_dir, tmp_path_factory.mktemp("split_export"))[0]
+    return student_dir, export_dir, test
+
+
+def test_served_spans_equal_the_spans_evaluate_scores(trained, tiny_tokenizer):
+    student_dir, export_dir, test = trained
+    # The data has what the issue names: tokens the split divides, inside entities.
+    assert sum(s.text is not None for s in test) > 30
+    assert any(w in s.tokens for s in test for w in ("'", "."))
+    # The spans bin/evaluate scores on the student dir (its word tags decoded as served, as character spans).
+    tags = predict_words(tf.keras.models.load_model(str(student_dir / "model")), tiny_tokenizer,
+                         TagVocab(TOY_LABELS), 24, test, "IOB2")
+    scored = [char_spans(s, t) for s, t in zip(test, tags)]
+    served = [{(e["start"], e["end"], e["type"]) for e in r["entities"]}
+              for r in predict(load_serving_fn(export_dir.parent), [s.raw_text for s in test])]
+    assert served == scored
+    # A whole entity that holds a divided token, served as one span of the raw text
+    assert any(text[start:end] in ("john o'brien", "st. paris", "u.s.") for s, spans in zip(test, served)
+               for text in [s.raw_text] for start, end, _ in spans)
+
+    # bin/evaluate: the student dir's span F1 is the export's F1, and with this split its token-level F1 too.
+    on_student = evaluate_model(student_dir, test, "IOB2")
+    on_export = evaluate_model(export_dir.parent, test, "IOB2")
+    assert on_student["spans"]["all"] == on_export["all"]
+    assert on_student["all"]["f1"] == pytest.approx(on_export["all"]["f1"])
+    assert on_export["all"]["f1"] > 0.6, on_export["all"]   # it learned the task: the comparison is not vacuous

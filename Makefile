@@ -19,16 +19,13 @@ $(STAMP): requirements.txt setup.py
 
 install: $(STAMP)
 
-# The demo: train (teacher, student), export the student for TF Serving, run the served model on
-# three sentences, then the run's summary, report.md and how to serve the export.
-DEMO_SENTENCES := "Barack Obama visited Paris with Angela Merkel." \
-	"Watching the Lakers game in Los Angeles with Kobe Bryant tonight!" \
-	"Just landed in London, heading to Google for the Android event"
-
+# The demo: train (teacher, student), export the student for TF Serving, score the export on the raw text
+# of the held-out tweets and show three it serves right and one it serves wrong (gold beside served), then
+# the run's summary, report.md (with probe sentences, teacher beside student) and how to serve the export.
 demo: $(STAMP)
 	$(PY) bin/train --flagfile=configs/demo.flags
 	$(PY) bin/export --work_dir=runs/demo --version=1 --overwrite
-	printf '%s\n' $(DEMO_SENTENCES) | $(PY) bin/predict --model=runs/demo/export/ner --format=text
+	$(PY) bin/evaluate --model=runs/demo/export/ner --data_format=demo --seed=42 --examples=3
 	$(PY) bin/report --work_dir=runs/demo --summary
 
 # Lint first (ruff.toml says what is checked). Two workers, each file on one worker (its module fixtures are built once): the suite's time is

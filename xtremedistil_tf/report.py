@@ -32,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from xtremedistil_tf.evaluate import predates_decoded_teacher_scores  # noqa: E402
 from xtremedistil_tf.io import atomic_dir, atomic_write_text, dir_size, markdown_table as _table, read_json  # noqa: E402
+from xtremedistil_tf.probes import probe_rows  # noqa: E402
 
 PLOTS_DIR = "report_plots"
 
@@ -294,8 +295,9 @@ def latency_rows(latency: dict) -> List[List[str]]:
     return rows
 
 
-def write_report(work_dir, latency_json=None) -> Path:
-    """Write work_dir/report.md (and its plots); returns its path."""
+def write_report(work_dir, latency_json=None, probes_file=None) -> Path:
+    """Write work_dir/report.md (and its plots); returns its path. `probes_file`: the probe sentences (one raw
+    text a line; default: probes.DEFAULT_PROBES of the run's languages)."""
     work_dir = Path(work_dir)
     metrics, config, hint = read_metrics(work_dir)
     latency_path = Path(latency_json) if latency_json else work_dir / "latency.json"
@@ -350,6 +352,15 @@ def write_report(work_dir, latency_json=None) -> Path:
         lines += _table(["model", "F1 (%)", "compression", "speedup b1", "speedup b32"],
                         figure1_rows(points, teacher_f1))
         lines += ["", f"![F1 vs compression and speedup]({PLOTS_DIR}/figure1.png)"]
+    probes = probe_rows(work_dir, probes_file)
+    if probes:
+        lines += ["", "## Probe sentences: names the training data does not hold", "",
+                  "Each text in the served word split, tagged by the teacher (decoded as the students are) and by the "
+                  "student: where they differ, the student has not learned what its teacher knows of names it never "
+                  "saw (more unlabeled transfer text is the papers' remedy). The last column lists the capitalised "
+                  "words of the text that the train split does hold. `bin/report --probes=<file>` (one raw text a "
+                  "line) probes others.", ""]
+        lines += _table(["text", "teacher", "student", "capitalised words in train"], probes)
     path = work_dir / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -70,6 +70,9 @@ flags.DEFINE_bool("strict_tags", False, "Reject invalid tag sequences instead of
 flags.DEFINE_float("dev_fraction", 0.1, "demo only: the dev fraction bin/train held out.")
 flags.DEFINE_float("test_fraction", 0.1, "demo only: the test fraction bin/train held out.")
 flags.DEFINE_integer("seed", 42, "demo only: the seed of bin/train's split.")
+flags.DEFINE_integer("examples", 0, "Exports: also print N test sentences whose served entities are all right (those "
+                     "with the most entities first) and one it gets wrong, each with its gold entities beside the "
+                     "served ones (0: none).")
 flags.DEFINE_string("output_json", "", "Also write the scores here (JSON, written atomically).")
 flags.DEFINE_enum("decode", "constrained", ["constrained", "argmax", OWN],
                   "Softmax students and token teachers: decode word tags as bin/export --decode does (constrained: "
@@ -120,13 +123,15 @@ def model_kind(directory) -> Tuple[str, Path]:
                       "export.json of an ONNX or TFLite export)")
 
 
-def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode: Optional[str] = None) -> Dict:
+def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode: Optional[str] = None,
+                   served: Optional[list] = None) -> Dict:
     """Entity scores of a saved teacher's or student's word-level predictions on `sentences`.
 
     `decode` (crf/decoding.py): how a softmax student's or token teacher's word tags are decoded (None:
     "constrained", as bin/export serves by default and the pipeline scores teachers; OWN: a token
     teacher's own decoding, teachers.finetune.teacher_word_tags); an export decodes as it was exported,
-    and a `decode` that differs is refused."""
+    and a `decode` that differs is refused. `served`: a list that gets an export's entities of each
+    sentence, as sets of (start, end, type)."""
     if not sentences:
         raise ConfigError("no labeled sentences to score")
     kind, path = model_kind(directory)
@@ -152,7 +157,7 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
                               f"--decode or re-export with bin/export --decode={decode}")
         return {"model": str(path), "kind": kind, "scheme": scheme, "decode": exported,
                 **({"format": meta["format"], "quantize": meta["quantize"]} if portable else {"format": "saved_model"}),
-                **_evaluate_served(path, sentences, scheme, portable)}
+                **_evaluate_served(path, sentences, scheme, portable, served)}
     _check_task(path, kind, sentences)
     if kind == "teacher":
         from xtremedistil_tf.teachers.classifier import SequenceTeacher, evaluate_sequence_teacher
@@ -226,7 +231,8 @@ def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str, de
                                                  sentences, scheme, meta.decoder, decode)}
 
 
-def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, portable: bool = False) -> Dict:
+def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, portable: bool = False,
+                     served: Optional[list] = None) -> Dict:
     """Exact character-span scores of an exported model's entities on the sentences' raw text (its own
     tokenizer splits it into words): a SavedModel through its serving signature, an ONNX or TFLite export
     through its shipped predict.py (export/portable.py), in this process."""
@@ -245,7 +251,30 @@ def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, por
         records = predict(load_serving_fn(path), texts)
     gold = [char_spans(s, s.tags, scheme) for s in sentences]
     pred = [{(e["start"], e["end"], e["type"]) for e in r["entities"]} for r in records]
+    if served is not None:
+        served.extend(pred)
     return score_by_language(gold, pred, [s.lang for s in sentences], scorer=span_scores)
+
+
+def format_examples(sentences: Sequence[Sentence], served: Sequence[set], scheme: str, count: int) -> str:
+    """`count` sentences whose served entities equal the gold ones (most entities first, then in order) and the
+    first with an entity served wrong, each as its raw text with the gold and the served entities."""
+    from xtremedistil_tf.evaluate import char_spans
+
+    gold = [char_spans(s, s.tags, scheme) for s in sentences]
+    right = sorted((i for i, (g, p) in enumerate(zip(gold, served)) if g and g == p), key=lambda i: -len(gold[i]))
+    wrong = next((i for i, (g, p) in enumerate(zip(gold, served)) if g and g != p), None)
+
+    def entities(text: str, spans) -> str:
+        return ", ".join(f"{text[a:b]} [{kind}]" for a, b, kind in sorted(spans)) or "(none)"
+
+    lines = [f"{len(right[:count])} test sentences served right (of {sum(map(bool, right))} with every entity right)"
+             + (" and one served wrong" if wrong is not None else "") + ":"]
+    for i in right[:count] + ([wrong] if wrong is not None else []):
+        text = sentences[i].raw_text
+        lines += [f"  {'right' if i != wrong else 'WRONG'}: {text}", f"    gold:   {entities(text, gold[i])}",
+                  f"    served: {entities(text, served[i])}"]
+    return "\n".join(lines)
 
 
 def format_scores(scores: Dict) -> str:
@@ -278,10 +307,18 @@ def evaluate() -> None:
     model_kind(FLAGS.model)   # a wrong dir fails before the data is read
     sentences = read_labeled(FLAGS.data_format, FLAGS.data_dir, FLAGS.test_file, FLAGS.langs, FLAGS.scheme,
                              FLAGS.strict_tags, FLAGS.dev_fraction, FLAGS.test_fraction, FLAGS.seed, FLAGS.word_split)
-    scores = evaluate_model(FLAGS.model, sentences, FLAGS.scheme, FLAGS.decode if FLAGS["decode"].present else None)
+    if FLAGS.examples < 0:
+        raise ConfigError(f"--examples={FLAGS.examples}; expected 0 (none) or a number of sentences")
+    if FLAGS.examples and model_kind(FLAGS.model)[0] != "export":
+        raise ConfigError("--examples shows an export's served entities; give --model an export (bin/export)")
+    served: list = []
+    scores = evaluate_model(FLAGS.model, sentences, FLAGS.scheme, FLAGS.decode if FLAGS["decode"].present else None,
+                            served)
     if FLAGS.output_json:
         atomic_write_json(FLAGS.output_json, scores)
     print(format_scores(scores), file=sys.stdout, flush=True)
+    if FLAGS.examples:
+        print(format_examples(sentences, served, FLAGS.scheme, FLAGS.examples), file=sys.stdout, flush=True)
 
 
 main, run = command(evaluate, __doc__, 'bin/evaluate --model=runs/demo/student --data_format=demo')

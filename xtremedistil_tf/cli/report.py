@@ -1,6 +1,6 @@
 """bin/report: work_dir/report.md with score tables and plots (xtremedistil_tf/report.py).
 
-    bin/report --work_dir=runs/demo [--latency_json=runs/bench/latency.json]
+    bin/report --work_dir=runs/demo [--latency_json=runs/bench/latency.json] [--probes=probes.txt]
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ FLAGS = flags.FLAGS
 define_common_flags()
 flags.DEFINE_bool("summary", False, "Also print the run's summary table (what bin/train prints at its end) and "
                   "how to serve its export with TF Serving.")
+flags.DEFINE_string("probes", "", "Probe sentences for report.md's teacher-beside-student table, one raw text a line "
+                    "(default: a few sentences with rare names in each of the run's languages, probes.py).")
 flags.DEFINE_string("latency_json", "", "Latency results of `bin/benchmark latency --output_json` "
                                         "(default: <work_dir>/latency.json when it exists).")
 
@@ -24,7 +26,7 @@ def report() -> None:
 
     if not FLAGS.work_dir:
         raise ConfigError("--work_dir is required")
-    path = write_report(FLAGS.work_dir, FLAGS.latency_json or None)
+    path = write_report(FLAGS.work_dir, FLAGS.latency_json or None, FLAGS.probes or None)
     if not FLAGS.summary:
         print(path)
         return

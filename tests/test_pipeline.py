@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -338,3 +339,23 @@ def test_student_flags_left_unset_keep_the_method_configs_defaults(tmp_path, tin
         (64, 200, ["hard", "token_em"], "ce")
     assert (xd_chosen["patience"], xd_chosen["heads_on"], xd_chosen["batch_size"]) == (0, "states", 512)
     assert "losses" in refused["error"]
+
+
+def test_report_probes_teacher_beside_student(finished_run, tmp_path):
+    """report.md's probe table (issue 29 item 5): each probe in the served split, tagged by the teacher and the
+    student, with the capitalised words the train split holds; the defaults are the run's languages' probes."""
+    from xtremedistil_tf.probes import DEFAULT_PROBES, as_sentence, probe_rows, probe_texts
+    from xtremedistil_tf.report import write_report
+
+    cfg, _ = finished_run
+    probes = tmp_path / "probes.txt"
+    probes.write_text("John met Mary in Paris.\n\nthe berlin of Qwerty\n", encoding="utf-8")
+    rows = probe_rows(cfg.work_dir, str(probes))
+    assert [r[0] for r in rows] == ["John met Mary in Paris.", "the berlin of Qwerty"]
+    assert "[John]PER" in rows[0][1] and "[Paris]LOC" in rows[0][1]   # the toy teacher's test F1 is above 0.8
+    assert rows[0][2].replace("[", "").replace("]PER", "").replace("]LOC", "") == rows[0][0]
+    assert rows[0][3] == "none" and rows[1][3] == "none"   # the toy corpus is lower case
+    assert list(as_sentence("Paris.").tokens) == ["Paris", "."]
+    report = write_report(cfg.work_dir, probes_file=str(probes)).read_text(encoding="utf-8")
+    assert "## Probe sentences" in report and rows[0][1] in report
+    assert probe_texts(Path(cfg.work_dir)) == [("en", text) for text in DEFAULT_PROBES["en"]]

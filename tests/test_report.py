@@ -36,7 +36,8 @@ def work_dir(tmp_path):
         "teacher": {"scores": decoded({"dev": _scores({"en": 0.91, "de": 0.87}),
                                        "test": _scores({"en": 0.9, "de": 0.86})}),
                     "parameters": 177_000_000},
-        "student": {"scores": {"dev": _scores({"en": 0.85, "de": 0.81}), "test": _scores({"en": 0.8421, "de": 0.8})},
+        "student": {"scores": {"dev": _scores({"en": 0.85, "de": 0.81}), "test": {**_scores({"en": 0.8421, "de": 0.8}),
+                                                           "spans": {"all": {"f1": 0.81, "precision": 0.8, "recall": 0.82}}}},
                     "parameters": 6_500_000},
         "students": {"100x400": {"scores": {"test": _scores({"en": 0.86, "de": 0.84})}}},
     }
@@ -67,9 +68,10 @@ def test_report_tables_and_plots(work_dir):
     path = write_report(work_dir)
     text = path.read_text()
     assert path == work_dir / "report.md"
-    # Scores: P/R/F1 of teacher and student on both splits, mean ± std over languages.
-    assert "| student | test | 0.8111 | 0.8311 | 0.8211 | 0.8211 ± 0.0125 |" in text
-    assert "| teacher | dev | 0.8800 | 0.9000 | 0.8900 |" in text
+    # Scores: P/R/F1 of teacher and student on both splits, the span F1 where the scores have one, mean ± std
+    # over languages.
+    assert "| student | test | 0.8111 | 0.8311 | 0.8211 | 0.8100 | 0.8211 ± 0.0125 |" in text
+    assert "| teacher | dev | 0.8800 | 0.9000 | 0.8900 | - |" in text
     # Per-language F1 and parameters with compression.
     assert "| en | 0.9100 | 0.9000 | 0.8500 | 0.8421 |" in text
     assert "| student | 6,500,000 | 27.2x |" in text
@@ -111,7 +113,7 @@ def test_report_without_latency_or_languages(tmp_path):
     scores = {"test": {"all": {"f1": 0.5, "precision": 0.4, "recall": 0.6, "sentences": 3}}}
     (tmp_path / "metrics.json").write_text(json.dumps({"teacher": {"scores": decoded(scores), "parameters": 10}}))
     text = write_report(tmp_path).read_text()
-    assert "| teacher | test | 0.4000 | 0.6000 | 0.5000 |  |" in text
+    assert "| teacher | test | 0.4000 | 0.6000 | 0.5000 | - |  |" in text
     assert "png" not in text and "Latency" not in text
     assert not list((tmp_path / "report_plots").iterdir())
 
@@ -121,8 +123,8 @@ def test_report_lists_the_teachers_argmax_scores_beside_its_decoded_ones(work_di
     metrics["teacher"]["argmax_scores"] = {"test": _scores({"en": 0.8, "de": 0.76})}
     (work_dir / "metrics.json").write_text(json.dumps(metrics))
     text = write_report(work_dir).read_text()
-    assert "| teacher | test | 0.8700 | 0.8900 | 0.8800 | 0.8800 ± 0.0125 |" in text
-    assert "| teacher (argmax) | test | 0.7700 | 0.7900 | 0.7800 | 0.7800 ± 0.0125 |" in text
+    assert "| teacher | test | 0.8700 | 0.8900 | 0.8800 | - | 0.8800 ± 0.0125 |" in text
+    assert "| teacher (argmax) | test | 0.7700 | 0.7900 | 0.7800 | - | 0.7800 ± 0.0125 |" in text
     assert "| teacher | 88.00 | 1.0x | 1.0x | 1.0x |" in text  # figure 1: the teacher decoded as the students
     assert "only argmax scores" not in text
 
@@ -138,7 +140,7 @@ def test_report_of_an_older_metrics_json_shows_its_teacher_as_argmax(work_dir, t
     metrics["student"].update(train_seconds=2.0)
     (work_dir / "metrics.json").write_text(json.dumps(metrics))
     text = write_report(work_dir).read_text()
-    assert "| teacher (argmax) | test | 0.8700 | 0.8900 | 0.8800 | 0.8800 ± 0.0125 |" in text
+    assert "| teacher (argmax) | test | 0.8700 | 0.8900 | 0.8800 | - | 0.8800 ± 0.0125 |" in text
     assert "| teacher | dev |" not in text and "| teacher | test |" not in text  # not in the scores,
     assert "| teacher test |" not in text and "| teacher | 88.00 |" not in text  # per language, nor at 1x in figure 1
     assert "The teacher has only argmax scores here" in text and "rerun the same bin/train command" in text
@@ -148,7 +150,7 @@ def test_report_of_an_older_metrics_json_shows_its_teacher_as_argmax(work_dir, t
     assert "The teacher has only argmax scores here" in out
     (work_dir / "config.json").write_text(json.dumps({"teacher": {"head": "crf"}, "student": {}}))
     text = write_report(work_dir).read_text()
-    assert "| teacher | test | 0.8700 | 0.8900 | 0.8800 | 0.8800 ± 0.0125 |" in text
+    assert "| teacher | test | 0.8700 | 0.8900 | 0.8800 | - | 0.8800 ± 0.0125 |" in text
     assert "argmax" not in text
 
 

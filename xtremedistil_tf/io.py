@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -83,8 +84,23 @@ def file_sha256(path) -> str:
     return digest.hexdigest()
 
 
+def finite_json(obj):
+    """`obj` with every NaN or infinite float replaced by None: JSON has no NaN (Python's
+    json module would write a bare `NaN`, which other JSON readers refuse)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: finite_json(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(value) for value in obj]
+    return obj
+
+
 def atomic_write_json(path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    """Write `obj` as JSON; a NaN or infinite float is written as null (`finite_json`), never as
+    the bare NaN/Infinity that is not JSON."""
+    atomic_write_text(path, json.dumps(finite_json(obj), indent=2, sort_keys=True, ensure_ascii=False,
+                                       allow_nan=False) + "\n")
 
 
 def dir_size(path, skip: Sequence[str] = ()) -> int:

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
-from xtremedistil_tf.errors import ConfigError, WorkDirError
+from xtremedistil_tf.errors import ConfigError, TrainingDiverged, WorkDirError
 from xtremedistil_tf.io import atomic_dir, atomic_write_json, file_sha256, read_json
 
 # errno values that mean the work dir could not be written (disk or quota full, read-only, no permission).
@@ -183,6 +183,9 @@ class WorkDir:
                 if stamps:
                     record[INPUTS] = stamps
                 atomic_write_json(tmp / STEP_FILE, record)
+        except TrainingDiverged as e:   # the engine knows the model; the step is this one
+            e.step = e.step or name
+            raise
         except Exception as e:  # a full disk, a read-only dir: atomic_dir has removed the half-written step
             reason = write_error_reason(e)
             if reason is None:

@@ -1,0 +1,90 @@
+"""The last silent failures (issue 32): a student that diverges, inputs that are not regular files,
+data with no entities, a full disk, late or partial refusals.
+
+Each case must fail on a run that keeps going (or reuses a stale step) and pass once the run
+stops before the expensive work with one line naming the step or file and what was expected.
+The bin/train cases run in one process (tests/train_cli_driver.py, one TensorFlow import).
+"""
+import json
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from test_bad_inputs import ENV, base_flags, error_line, tree_digest
+from test_pipeline import toy_corpus  # noqa: F401  (a fixture, used by `corpus`)
+
+
+def run_driver(root, argvs):
+    """bin/train's body on each argument list in one process; [{"code", "stderr"}] per list."""
+    (root / "cases.json").write_text(json.dumps(argvs), encoding="utf-8")
+    subprocess.run([sys.executable, str(REPO / "tests" / "train_cli_driver.py"), str(root / "cases.json"),
+                    str(root / "results.json")], env=ENV, check=True, capture_output=True, timeout=900)
+    return json.loads((root / "results.json").read_text(encoding="utf-8"))
+
+
+def json_files_with_nan(root) -> list:
+    """Every JSON file under root whose text has a bare NaN or Infinity (not JSON), or that does not parse."""
+    bad = []
+    for path in root.rglob("*.json"):
+        text = path.read_text(encoding="utf-8")
+        if re.search(r"\bNaN\b|\bInfinity\b", text):
+            bad.append(str(path))
+            continue
+        json.loads(text, parse_constant=lambda name: bad.append(f"{path}: {name}"))
+    return bad
+
+
+# ----------------------------------------------------------------------------- item 1: a diverging student
+
+@pytest.mark.slow
+def test_a_diverging_student_stops_naming_step_epoch_and_loss_and_keeps_the_old_student(tmp_path, toy_corpus,
+                                                                                        tiny_bert_dir):
+    work = tmp_path / "work"
+    flags = base_flags(toy_corpus, tiny_bert_dir, work) + ["--strategy=D0-S"]
+    [first] = run_driver(tmp_path, [flags])
+    assert first["code"] == 0, first["stderr"][-3000:]
+    student = tree_digest(work / "student")
+    [diverged] = run_driver(tmp_path, [flags + ["--overwrite", "--student_learning_rate=1e30"]])
+    assert diverged["code"] == 2, diverged["stderr"][-3000:]
+    line = error_line(diverged["stderr"])
+    match = re.fullmatch(r"error: step student: the (training|dev) loss became (nan|inf|-inf) in epoch 1 \(D0-S "
+                         r"stage 1/1 \(labels\) step 1/1 \+.*\); nothing of the step was kept \(lower its learning "
+                         r"rate, or check the data\)", line)
+    assert match, line
+    assert tree_digest(work / "student") == student   # the previous student, byte for byte
+    assert not (work / "student.tmp").exists()
+    assert json_files_with_nan(work) == []
+
+
+def test_the_engine_stops_on_a_dev_loss_that_is_no_longer_finite():
+    """The shared loop of every method (staged, multi-grained, NAS, subwords, teacher): a model
+    whose training loss stays finite but whose dev loss is NaN stops in that epoch, dev selection
+    never keeps the starting weights as if the epoch had merely not improved."""
+    import numpy as np
+    import tensorflow as tf
+
+    from xtremedistil_tf.engine.loop import Engine
+    from xtremedistil_tf.errors import TrainingDiverged
+
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((4, 2), np.float32)
+    train = tf.data.Dataset.from_tensor_slices((x, np.ones((4, 1), np.float32))).batch(4)
+    dev = tf.data.Dataset.from_tensor_slices((x, np.full((4, 1), np.nan, np.float32))).batch(4)
+    with pytest.raises(TrainingDiverged) as info:
+        Engine(name="toy").fit(model, model, lambda seed, epoch: train, dev, 3, objects={}, baseline=False)
+    assert str(info.value).startswith("step toy: the dev loss became nan in epoch 1; nothing of the step was kept")
+    info.value.step = "ablate/D0"
+    assert str(info.value).startswith("step ablate/D0 (toy): the dev loss became nan in epoch 1;")
+
+
+def test_json_writing_never_writes_nan(tmp_path):
+    from xtremedistil_tf.io import atomic_write_json
+
+    atomic_write_json(tmp_path / "a.json", {"loss": [1.0, math.nan], "best": math.inf, "low": -math.inf, "n": 2})
+    assert json.loads((tmp_path / "a.json").read_text()) == {"loss": [1.0, None], "best": None, "low": None, "n": 2}
+    assert json_files_with_nan(tmp_path) == []

@@ -5,15 +5,20 @@ Each case must fail on a run that keeps going (or reuses a stale step) and pass 
 stops before the expensive work with one line naming the step or file and what was expected.
 The bin/train cases run in one process (tests/train_cli_driver.py, one TensorFlow import).
 """
+import hashlib
 import json
 import math
+import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, stderr_line_of
 from test_bad_inputs import ENV, base_flags, error_line, tree_digest
 from test_pipeline import toy_corpus  # noqa: F401  (a fixture, used by `corpus`)
 
@@ -88,3 +93,69 @@ def test_json_writing_never_writes_nan(tmp_path):
     atomic_write_json(tmp_path / "a.json", {"loss": [1.0, math.nan], "best": math.inf, "low": -math.inf, "n": 2})
     assert json.loads((tmp_path / "a.json").read_text()) == {"loss": [1.0, None], "best": None, "low": None, "n": 2}
     assert json_files_with_nan(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- items 2, 3: streams
+
+def feed(fifo, text: str) -> threading.Thread:
+    """A writer that gives `text` to the FIFO's next reader (a daemon: a run that never reads it cannot hang)."""
+    thread = threading.Thread(target=lambda: Path(fifo).write_text(text, encoding="utf-8"), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_an_input_that_is_a_stream_is_fingerprinted_by_what_was_read(tmp_path):
+    """`--train_file=<(...)` or a FIFO: no size or mtime says whether it changed, so the data step
+    hashes what it read; a rerun with other content is refused naming the file, never reused."""
+    from test_work_dir_safety import make_corpus
+    from xtremedistil_tf import pipeline
+    from xtremedistil_tf.data.loading import DataConfig
+    from xtremedistil_tf.errors import ConfigError, DataFormatError
+    from xtremedistil_tf.workdir import STEP_FILE, WorkDir
+
+    corpus = make_corpus(tmp_path / "corpus")
+    pipe = corpus / "train.pipe"
+    os.mkfifo(pipe)
+    text = (corpus / "train.txt").read_text(encoding="utf-8")
+    work = tmp_path / "work"
+    cfg = pipeline.RunConfig(work_dir=str(work), data=DataConfig(data_dir=str(corpus), train_file="train.pipe",
+                                                                 test_file="test.txt", seed=42))
+    feed(pipe, text)
+    pipeline.step_data(WorkDir(work), cfg)
+    stamp = json.loads((work / "data" / STEP_FILE).read_text())["inputs"][str(pipe)]
+    assert stamp["sha256"] == hashlib.sha256(text.encode()).hexdigest() and stamp["size"] == len(text.encode())
+    before = tree_digest(work)
+    feed(pipe, text)                          # the same content again: the step is reused
+    pipeline.step_data(WorkDir(work), cfg)
+    assert tree_digest(work) == before
+    changed = text + "mary B-PER\n\n"
+    feed(pipe, changed)
+    with pytest.raises(ConfigError, match=rf"^{work / 'data'} was made from other input files \({pipe} "
+                                          rf"\(--train_file\) changed since the step read it \({len(text)} bytes "
+                                          rf"then, {len(changed)} now\)\)"):
+        pipeline.step_data(WorkDir(work), cfg)
+    assert tree_digest(work) == before and not (work / "data.read.tmp").exists()
+    feed(pipe, changed)                       # --overwrite redoes it from what it reads now
+    pipeline.step_data(WorkDir(work, overwrite=True), cfg)
+    assert json.loads((work / "data" / STEP_FILE).read_text())["inputs"][str(pipe)]["size"] == len(changed)
+    feed(pipe, "john B-PER\nsays O extra\n\n")   # a bad line is named in the stream, not in its copy
+    with pytest.raises(DataFormatError) as info:
+        pipeline.step_data(WorkDir(tmp_path / "other"), cfg)
+    assert (info.value.path, info.value.line) == (str(pipe), 2)
+
+
+def test_a_fifo_without_writer_says_so_and_sigterm_leaves_no_temporary_dir(tmp_path, toy_corpus, tiny_bert_dir):
+    fifo = tmp_path / "train.fifo"
+    os.mkfifo(fifo)
+    work = tmp_path / "work"
+    proc = subprocess.Popen([sys.executable, str(REPO / "bin" / "train"),
+                             *base_flags(toy_corpus, tiny_bert_dir, work), f"--train_file={fifo}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    with stderr_line_of(proc, b"reading") as line:
+        assert line == f"reading {fifo} (waiting for a writer)"
+        assert (work / "data.read.tmp").is_dir()   # the step had started when it blocked
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err.decode()[-3000:]
+    assert err.decode().strip().splitlines()[-1] == "interrupted; rerun the same command to resume from step data"
+    assert [p.name for p in work.iterdir() if p.name.endswith(".tmp")] == []

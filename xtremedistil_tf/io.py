@@ -119,9 +119,11 @@ def read_json(path):
 
 def say_if_blocking(path) -> None:
     """Print "reading <path>" on stderr when reading `path` may wait for a writer (a FIFO, a
-    device: anything but a regular file or a directory), so a command that blocks says on what."""
+    device: anything but a regular file or a directory), so a command that blocks says on what;
+    a FIFO (a named pipe, a shell's process substitution) adds "(waiting for a writer)"."""
     import sys
 
     path = Path(path)
     if path.exists() and not path.is_file() and not path.is_dir():
-        print(f"reading {path}", file=sys.stderr, flush=True)
+        fifo = " (waiting for a writer)" if path.is_fifo() else ""
+        print(f"reading {path}{fifo}", file=sys.stderr, flush=True)

@@ -9,20 +9,24 @@ once the new artifact is complete: until then the old one stays in place).
 A step that reads input files (the data step) puts their content in its fingerprint: step.json
 keeps each file's size, mtime and SHA-256, the size and mtime are the fast check on a rerun, and
 the file is hashed again only when they differ, so an edited file is refused like a changed flag.
+An input that is a stream (a FIFO, a process substitution) is read into a regular file first and
+stamped with the hash of what was read (`read_streams`).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import logging
 import os
 import re
+import shutil
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Iterator, Optional
 
 from xtremedistil_tf.errors import ConfigError, TrainingDiverged, WorkDirError
-from xtremedistil_tf.io import atomic_dir, atomic_write_json, file_sha256, read_json
+from xtremedistil_tf.io import atomic_dir, atomic_write_json, file_sha256, read_json, say_if_blocking
 
 # errno values that mean the work dir could not be written (disk or quota full, read-only, no permission).
 WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
@@ -77,6 +81,42 @@ def stamp_files(files: Dict[str, str], known: Optional[dict] = None) -> dict:
         stamps[path] = {"flag": flag, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
                         "sha256": old["sha256"] if same else file_sha256(path)}
     return stamps
+
+
+def is_stream(path) -> bool:
+    """Whether `path` exists and is neither a regular file nor a directory: a FIFO, a shell's
+    process substitution (/dev/fd/N), a device. It can be read once, and has no size or mtime
+    that says whether its content changed."""
+    return os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
+
+
+@contextlib.contextmanager
+def read_streams(files: Dict[str, str], directory) -> Iterator[tuple]:
+    """Read each input of `files` ({path: flag}) that is a stream (`is_stream`) into a regular
+    file under `directory`, hashing what was read; yields ({path: its copy}, {path: stamp}), the
+    stamps as stamp_files' without an mtime. `directory` is removed on any exit (a Ctrl-C or
+    SIGTERM while a FIFO waits for its writer included)."""
+    directory = Path(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+    copies, stamps = {}, {}
+    try:
+        for index, (path, flag) in enumerate(sorted(files.items())):
+            if not is_stream(path):
+                continue
+            directory.mkdir(parents=True, exist_ok=True)
+            copy = directory / f"{index}-{Path(path).name}"
+            say_if_blocking(path)
+            digest, size = hashlib.sha256(), 0
+            with open(path, "rb") as source, open(copy, "wb") as target:
+                for block in iter(lambda: source.read(1 << 20), b""):
+                    digest.update(block)
+                    size += len(block)
+                    target.write(block)
+            copies[path] = str(copy)
+            stamps[path] = {"flag": flag, "size": size, "sha256": digest.hexdigest(), "stream": True}
+        yield copies, stamps
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def with_inputs(fingerprint: dict, stamps: dict) -> dict:

@@ -160,6 +160,11 @@ def run_main(body: Callable[[], None]) -> None:
     previous = signal.getsignal(signal.SIGINT) if main else None
     if previous is signal.default_int_handler:   # not where SIGINT is ignored
         signal.signal(signal.SIGINT, _interrupt)
+    # SIGTERM (`kill`, a scheduler's stop) ends the run as Ctrl-C does: its step's temporary
+    # directory removed, one line, exit 130; by default it would kill the process where it stands.
+    terminate = signal.getsignal(signal.SIGTERM) if main else None
+    if terminate == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         body()
     except KeyboardInterrupt:   # outside any step (a step's own becomes Interrupted, naming it)
@@ -180,10 +185,12 @@ def run_main(body: Callable[[], None]) -> None:
     finally:
         if previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, previous)
+        if terminate == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, terminate)
 
 
 def _interrupt(signum, frame) -> None:
-    """Ctrl-C: Python's KeyboardInterrupt, and errors.INTERRUPT set for the case it is swallowed."""
+    """Ctrl-C (or SIGTERM): Python's KeyboardInterrupt, and errors.INTERRUPT set for the case it is swallowed."""
     INTERRUPT.set()
     raise KeyboardInterrupt
 

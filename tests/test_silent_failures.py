@@ -5,6 +5,7 @@ Each case must fail on a run that keeps going (or reuses a stale step) and pass 
 stops before the expensive work with one line naming the step or file and what was expected.
 The bin/train cases run in one process (tests/train_cli_driver.py, one TensorFlow import).
 """
+import errno
 import hashlib
 import json
 import math
@@ -159,3 +160,55 @@ def test_a_fifo_without_writer_says_so_and_sigterm_leaves_no_temporary_dir(tmp_p
     assert proc.returncode == 130, err.decode()[-3000:]
     assert err.decode().strip().splitlines()[-1] == "interrupted; rerun the same command to resume from step data"
     assert [p.name for p in work.iterdir() if p.name.endswith(".tmp")] == []
+
+
+# ----------------------------------------------------------------------------- item 4: OSErrors name step and path
+
+def full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))   # as a write() says it: no file name
+
+
+def test_a_full_disk_from_the_start_names_the_lock_file(tmp_path, monkeypatch):
+    from xtremedistil_tf.errors import ConfigError
+    from xtremedistil_tf.lock import work_dir_lock
+
+    monkeypatch.setattr(os, "pwrite", full_disk)
+    with pytest.raises(ConfigError) as info:
+        with work_dir_lock(tmp_path / "w"):
+            pass
+    assert str(info.value) == (f"--work_dir={tmp_path / 'w'} cannot be written: {tmp_path / 'w' / '.lock'}: "
+                               "No space left on device")
+
+
+@pytest.mark.parametrize("error, message", [
+    (OSError(errno.ENOSPC, "No space left on device"), "step transfer failed: No space left on device ({})"),
+    (OSError(errno.EIO, "Input/output error", "/data/shard-3.npz"),
+     "step transfer failed: /data/shard-3.npz: Input/output error"),
+    (OSError(errno.EIO, "Input/output error"), "step transfer failed: {}: Input/output error"),
+])
+def test_every_os_error_leaving_a_step_names_the_step_and_a_path(tmp_path, monkeypatch, error, message):
+    """The teacher-output cache is written in place, outside run_step: its errors are named too."""
+    from xtremedistil_tf import pipeline
+    from xtremedistil_tf.errors import WorkDirError
+    from xtremedistil_tf.workdir import WorkDir
+
+    def fails(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(pipeline, "step_data", lambda *args, **kwargs: {})
+    monkeypatch.setattr(pipeline, "step_teacher", lambda *args, **kwargs: {})
+    monkeypatch.setattr(pipeline, "step_transfer", fails)
+    work = WorkDir(tmp_path / "w")
+    with pytest.raises(WorkDirError) as info:
+        pipeline._run_steps(work, pipeline.RunConfig(work_dir=str(work.root)), None)
+    assert str(info.value) == message.format(work.path("transfer"))
+
+
+def test_an_os_error_inside_run_step_names_the_step_and_its_dir(tmp_path):
+    from xtremedistil_tf.errors import WorkDirError
+    from xtremedistil_tf.workdir import WorkDir
+
+    work = WorkDir(tmp_path / "w")
+    with pytest.raises(WorkDirError, match=rf"^step data failed: {tmp_path / 'w' / 'data'}: Input/output error$"):
+        work.run_step("data", {}, lambda tmp: (_ for _ in ()).throw(OSError(errno.EIO, "Input/output error")))
+    assert not (tmp_path / "w" / "data.tmp").exists()

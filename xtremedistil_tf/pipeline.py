@@ -39,7 +39,7 @@ from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages, statefu
 from xtremedistil_tf.training.multigrained import LOSSES, TOKEN_LEVEL
 from xtremedistil_tf.training.staged import DistilConfig
 from xtremedistil_tf.training.student_run import StudentConfig
-from xtremedistil_tf.workdir import STEP_FILE, WorkDir, read_streams, with_inputs
+from xtremedistil_tf.workdir import STEP_FILE, WorkDir, naming_step, read_streams, with_inputs
 
 log = logging.getLogger(__name__)
 
@@ -625,7 +625,8 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution) -> dict:
     current: List[str] = []   # this run's steps that are on disk, built or found done
 
     def step(name, function, *args, **kwargs):
-        out = function(*args, **kwargs)
+        with naming_step(name, work.path(name)):   # also outside run_step (the teacher-output cache, in place)
+            out = function(*args, **kwargs)
         current.append(name)
         return out
 
@@ -648,8 +649,9 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution) -> dict:
         raise
     # Written once every step accepted the work dir: a refused run leaves the last finished run's
     # config in place (each step's own configuration is in its step.json from the start).
-    atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
-    return step_metrics(work)
+    with naming_step("metrics", work.path("metrics.json")):
+        atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
+        return step_metrics(work)
 
 
 def _score_rows(model: str, scores: dict) -> List[tuple]:

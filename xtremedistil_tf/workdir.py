@@ -53,6 +53,32 @@ def write_error_reason(error: BaseException) -> Optional[str]:
             where = re.search(r"(/[^\s;]+)[;:]?\s*" + re.escape(text), message)
             return text + (f" ({where.group(1)})" if where else "")
     return None
+
+
+def step_error(name: str, error: BaseException, where) -> Optional[WorkDirError]:
+    """The one-line error for an OSError that leaves step `name`, naming the step and a path (the
+    error's own file, else `where`, the step's artifact); None for an error that is not a system
+    OSError (e.g. transformers' OSError for a model it cannot find, which names what it means)."""
+    reason = write_error_reason(error)
+    if reason is not None:
+        return WorkDirError(f"step {name} failed: {reason if getattr(error, 'filename', None) else f'{reason} ({where})'}")
+    if isinstance(error, OSError) and error.errno is not None:
+        return WorkDirError(f"step {name} failed: {error.filename or where}: {error.strerror or error}")
+    return None
+
+
+@contextlib.contextmanager
+def naming_step(name: str, where) -> Iterator[None]:
+    """Turn a system OSError raised inside into `step_error`'s one line (others pass as they are)."""
+    try:
+        yield
+    except OSError as e:
+        failed = step_error(name, e, where)
+        if failed is None:
+            raise
+        raise failed from e
+
+
 STEP_FILE = "step.json"
 
 
@@ -229,7 +255,10 @@ class WorkDir:
         except Exception as e:  # a full disk, a read-only dir: atomic_dir has removed the half-written step
             reason = write_error_reason(e)
             if reason is None:
-                raise  # e.g. transformers' OSError for a model it cannot find: not the work dir's fault
+                failed = step_error(name, e, self.path(name))   # e.g. an input that cannot be read
+                if failed is None:
+                    raise  # e.g. transformers' OSError for a model it cannot find: not the work dir's fault
+                raise failed from e
             raise WorkDirError(f"step {name} failed: {reason}; nothing of it was kept in "
                                f"{self.path(name)} (rerun the same command once fixed)") from e
         if existed:

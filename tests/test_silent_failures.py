@@ -212,3 +212,73 @@ def test_an_os_error_inside_run_step_names_the_step_and_its_dir(tmp_path):
     with pytest.raises(WorkDirError, match=rf"^step data failed: {tmp_path / 'w' / 'data'}: Input/output error$"):
         work.run_step("data", {}, lambda tmp: (_ for _ in ()).throw(OSError(errno.EIO, "Input/output error")))
     assert not (tmp_path / "w" / "data.tmp").exists()
+
+
+# ----------------------------------------------------------------------------- item 6: late or partial refusals
+
+def test_an_input_that_is_still_there_is_not_called_gone(tmp_path):
+    from test_work_dir_safety import make_corpus
+    from xtremedistil_tf import pipeline
+    from xtremedistil_tf.data.loading import DataConfig
+    from xtremedistil_tf.errors import ConfigError
+    from xtremedistil_tf.workdir import WorkDir
+
+    corpus = make_corpus(tmp_path / "corpus")
+    (corpus / "other.txt").write_text((corpus / "train.txt").read_text(encoding="utf-8") + "mary B-PER\n\n",
+                                      encoding="utf-8")
+    work = tmp_path / "work"
+
+    def data(train_file):
+        return pipeline.RunConfig(work_dir=str(work), data=DataConfig(data_dir=str(corpus), train_file=train_file,
+                                                                      test_file="test.txt", seed=42))
+
+    pipeline.step_data(WorkDir(work), data("train.txt"))
+    with pytest.raises(ConfigError) as info:
+        pipeline.step_data(WorkDir(work), data("other.txt"))
+    assert f"{corpus / 'train.txt'} (--train_file) is no longer an input (the flags name other files now)" \
+        in str(info.value)
+    assert "gone" not in str(info.value)
+    (corpus / "train.txt").unlink()
+    with pytest.raises(ConfigError, match=r"train.txt \(--train_file\) is gone since the step read it"):
+        pipeline.step_data(WorkDir(work), data("other.txt"))
+
+
+def test_a_work_dir_reached_through_a_symlink_keeps_its_own_name_in_the_report(tmp_path, monkeypatch):
+    from xtremedistil_tf.report import write_report
+
+    real = tmp_path / "wikiann-d42"
+    real.mkdir()
+    scores = {"test": {"all": {"f1": 0.5, "precision": 0.4, "recall": 0.6, "sentences": 3}, "decode": "constrained"}}
+    (real / "metrics.json").write_text(json.dumps({"teacher": {"scores": scores, "parameters": 10}}))
+    (tmp_path / "latest").symlink_to(real)
+    assert write_report(tmp_path / "latest").read_text().splitlines()[0] == "# Report: wikiann-d42"
+    monkeypatch.chdir(tmp_path / "latest")
+    assert write_report(".").read_text().splitlines()[0] == "# Report: wikiann-d42"
+
+
+def test_export_to_a_file_is_refused_before_any_model_is_loaded(tmp_path):
+    """The student dir does not exist: a check made after loading the student would report that
+    instead (on main the export dir failed only after the export's work)."""
+    toy_student_dir = tmp_path / "no_student"
+    (tmp_path / "a_file").write_text("not a directory")
+    for export_dir, problem in ((tmp_path / "a_file", "is a file"),
+                                (tmp_path / "a_file" / "models", f"is under {tmp_path / 'a_file'}, which is a file")):
+        proc = subprocess.run([sys.executable, str(REPO / "bin" / "export"), f"--student_dir={toy_student_dir}",
+                               f"--export_dir={export_dir}"], capture_output=True, text=True, env=ENV, timeout=600)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert error_line(proc.stderr) == (f"error: --export_dir={export_dir} {problem}; expected a directory "
+                                           "(created if missing)")
+        assert "loading" not in proc.stderr.lower() and proc.stdout == ""
+
+
+def test_benchmark_help_lists_its_subcommands_first_one_line_each():
+    from xtremedistil_tf.benchmark import BENCHMARKS
+
+    proc = subprocess.run([sys.executable, str(REPO / "bin" / "benchmark"), "--help"], capture_output=True, text=True,
+                          env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[2] == "Subcommands:"
+    listed = [line.split()[0] for line in lines[3:3 + len(BENCHMARKS)]]
+    assert listed == sorted(BENCHMARKS) == ["crf", "decoders", "formats", "latency", "memory", "precision", "teacher"]
+    assert lines[3 + len(BENCHMARKS)] == ""

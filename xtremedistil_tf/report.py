@@ -300,7 +300,8 @@ def write_report(work_dir, latency_json=None) -> Path:
     latency_path = Path(latency_json) if latency_json else work_dir / "latency.json"
     latency = read_json(latency_path) if latency_path.exists() else None
 
-    lines = [f"# Report: {work_dir.name}", "", "## Scores (entity-level, seqeval)", "", *([hint, ""] if hint else [])]
+    # The dir's own name: not a symlink's that leads to it (runs/latest), nor "" for --work_dir=.
+    lines = [f"# Report: {work_dir.resolve().name}", "", "## Scores (entity-level, seqeval)", "", *([hint, ""] if hint else [])]
     lines += _table(["model", "split", "precision", "recall", "F1", "F1 mean ± std over languages"],
                     score_rows(metrics))
     lines += ["", "## Parameters and size on disk", ""]

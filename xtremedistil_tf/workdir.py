@@ -161,7 +161,7 @@ def _changed_inputs(stored: dict, stored_stamps: dict, new: dict, new_stamps: di
             continue
         flag = (new_stamps.get(path) or stored_stamps.get(path) or {}).get("flag", "input file")
         if path not in new:
-            out.append(f"{path} ({flag}) is gone or unreadable since the step read it")
+            out.append(f"{path} ({flag}) {_not_read_now(path)}")
         elif path not in stored:
             out.append(f"{path} ({flag}) was not read by the step in the work dir")
         else:
@@ -169,6 +169,18 @@ def _changed_inputs(stored: dict, stored_stamps: dict, new: dict, new_stamps: di
             sizes = f"{was} bytes then, {new_stamps[path]['size']} now" if was is not None else "content differs"
             out.append(f"{path} ({flag}) changed since the step read it ({sizes})")
     return out
+
+
+def _not_read_now(path: str) -> str:
+    """Why a file the step read is not among the inputs now: gone, unreadable, no longer a
+    regular file, or (still there) no longer named by the flags."""
+    if not os.path.lexists(path):
+        return "is gone since the step read it"
+    if not os.access(path, os.R_OK):
+        return "cannot be read now (permissions)"
+    if not os.path.isfile(path):
+        return "is no longer a regular file"
+    return "is no longer an input (the flags name other files now)"
 
 
 def _differences(old: dict, new: dict, prefix: str = "") -> list:

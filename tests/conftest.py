@@ -1,9 +1,11 @@
+import contextlib
 import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections import OrderedDict
 from pathlib import Path
 
@@ -324,3 +326,22 @@ def toy_texts(n, seed):
             words.insert(int(rng.integers(0, len(words) + 1)), str(key))
         lines.append(f"{label}\t{' '.join(words)}")
     return lines
+
+
+@contextlib.contextmanager
+def stderr_line_of(proc, prefix: bytes, limit_s: float = 300):
+    """Yield the first line of `proc`'s stderr that starts with `prefix` (b"" if none came). The
+    process is killed after `limit_s` (so a blocked command never hangs the suite: its stderr then
+    ends) and on leaving, if it is still running."""
+    timer = threading.Timer(limit_s, proc.kill)
+    timer.start()
+    line = b""
+    try:
+        for line in iter(proc.stderr.readline, b""):
+            if line.startswith(prefix):
+                break
+        yield line.decode().rstrip("\n")
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()

@@ -97,10 +97,12 @@ def test_crlf_bom_and_missing_final_newline_are_accepted(tmp_path, fmt):
 @pytest.fixture(scope="module")
 def corpus(toy_corpus):
     """test_pipeline's toy PER/LOC corpus (train.txt, test.txt), a test file with MISC entities, one
-    with inside tags only, an empty transfer file and a training file too large for a full disk."""
+    with inside tags only, an empty transfer file, a training file without entities (only O) and a
+    training file too large for a full disk."""
     (toy_corpus / "test_misc.txt").write_text("john B-PER\nsays O\nhallo B-MISC\nwelt I-MISC\n\n", encoding="utf-8")
     (toy_corpus / "only_inside_tags.txt").write_text("paris I-LOC\nberlin I-LOC\n\n", encoding="utf-8")
     (toy_corpus / "empty.txt").write_bytes(b"")
+    (toy_corpus / "all_o.txt").write_text("john O\nsays O\n\nparis O\n\n" * 20, encoding="utf-8")
     (toy_corpus / "big_train.txt").write_text((toy_corpus / "train.txt").read_text(encoding="utf-8") * 8,
                                               encoding="utf-8")
     return toy_corpus
@@ -220,6 +222,10 @@ def cli_cases(corpus, teacher_dir, root):
         "labels_train_lacks": (["--test_file=test_misc.txt"],
                                "--test_file=test_misc.txt: labels that the training data lacks, so the teacher "
                                "cannot learn them: B-MISC, I-MISC"),
+        # Issue 32, item 5: a train split with no entity, refused in the data step, before the teacher.
+        "train_without_entities": (["--train_file=all_o.txt"],
+                                   "--train_file=all_o.txt: the training data has no entities (labels found: O); "
+                                   "expected B-/I-/... entity tags besides O"),
         "empty_transfer_file": (["--transfer_file=empty.txt"],
                                 f"{corpus / 'empty.txt'}: empty file: expected one sentence per line"),
         "teacher_without_weights": (["--noteacher_random_init"],
@@ -247,6 +253,10 @@ def cli_cases(corpus, teacher_dir, root):
         "teacher_dropout_negative": (["--teacher_dropout=-0.1"],
                                      "--teacher_dropout=-0.1; expected a fraction in [0, 1)"),
         "seed_negative": (["--seed=-1"], "--seed=-1; expected 0 to 2147483647"),
+        # Issue 32, item 6: every bad value named in the one line, not only the first.
+        "three_bad_values": (["--student_dropout=1.5", "--seed=-1", "--student_batch_size=0"],
+                             "--student_dropout=1.5; expected a fraction in [0, 1); --seed=-1; expected 0 to "
+                             "2147483647; --student_batch_size=0; expected at least 1"),
         "teacher_learning_rate_nan": (["--teacher_learning_rate=nan"],
                                       "--teacher_learning_rate=nan; expected a finite rate above 0"),
         "overrides_heads_do_not_divide_hidden": (['--teacher_config_overrides={"num_attention_heads": 7}'],
@@ -309,11 +319,11 @@ def cli_results(tmp_path_factory, corpus, tiny_bert_dir):
     return root, {name: (expected, result) for (name, (_, expected)), result in zip(cases.items(), results)}
 
 
-CLI_CASES = ["labels_train_lacks", "empty_transfer_file", "teacher_without_weights", "teacher_without_config",
+CLI_CASES = ["labels_train_lacks", "train_without_entities", "empty_transfer_file", "teacher_without_weights", "teacher_without_config",
              "teacher_dir_missing", "teacher_layer_too_high", "teacher_layer_negative",
              "max_seq_length_beyond_teacher", "kbest_above_15", "kbest_zero", "multigrained_softmax_teacher",
              "wikiann_without_langs", "dev_fraction_above_1", "batch_size_zero", "overrides_not_an_object",
-             "student_dropout_above_1", "teacher_dropout_negative", "seed_negative", "teacher_learning_rate_nan",
+             "student_dropout_above_1", "teacher_dropout_negative", "seed_negative", "three_bad_values", "teacher_learning_rate_nan",
              "overrides_heads_do_not_divide_hidden", "overrides_misspelt_key",
              "random_teacher_max_seq_length_beyond_positions", "teacher_without_vocab", "langs_with_conll",
              "hub_name_misspelt", "teacher_weights_corrupt", "teacher_weights_unreadable",

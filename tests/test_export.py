@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import EXPORT_TEXTS, REPO, TOY_LABELS, o_iper_student, sticky_crf_student, toy_ner_sentences
+from conftest import (EXPORT_TEXTS, REPO, TOY_LABELS, o_iper_student, stderr_line_of, sticky_crf_student,
+                      toy_ner_sentences)
 from xtremedistil_tf.data.alignment import TagVocab, encode, word_pieces
 from xtremedistil_tf.data.schemes import spans_to_tags, tags_to_spans, validate_tags
 from xtremedistil_tf.data.sentence import Sentence
@@ -464,28 +465,17 @@ def test_evaluate_refuses_tags_outside_the_label_set_for_an_export_as_for_its_st
 
 
 def test_evaluate_says_which_fifo_it_waits_for(exported, tmp_path):
-    """Issue 16, item 9: a FIFO as --test_file blocks until written, after "reading <file>" on stderr."""
-    import threading
-
+    """Issue 16, item 9: a FIFO as --test_file blocks until written, after "reading <file> (waiting for
+    a writer)" on stderr."""
     fifo = tmp_path / "test.fifo"
     os.mkfifo(fifo)
     proc = subprocess.Popen([sys.executable, str(REPO / "bin" / "evaluate"), f"--model={exported.parent}",
                              "--data_format=conll", f"--test_file={fifo}"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=ENV)
-    timer = threading.Timer(300, proc.kill)   # never hang the suite: a killed process ends stderr
-    timer.start()
-    line = b""
-    try:
-        for line in iter(proc.stderr.readline, b""):
-            if line.startswith(b"reading"):
-                break
-        assert line.decode().rstrip("\n") == f"reading {fifo}"
+    with stderr_line_of(proc, b"reading") as line:
+        assert line == f"reading {fifo} (waiting for a writer)"
         fifo.write_text("john B-PER\nsays O\nhallo B-MISC\n\n", encoding="utf-8")   # unblocks the reader
         _, err = proc.communicate(timeout=300)
-    finally:
-        timer.cancel()
-        if proc.poll() is None:
-            proc.kill()
     # Then the same one-line refusal as above, exit 2.
     assert proc.returncode == 2, err.decode()[-3000:]
     assert err.decode().strip().splitlines()[-1] == (

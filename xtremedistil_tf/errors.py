@@ -29,7 +29,20 @@ class WorkDirError(XtremeDistilError):
 
 
 class TrainingDiverged(XtremeDistilError):
-    """A training loss became NaN or infinite: names the step and the epoch."""
+    """A training or dev loss became NaN or infinite: names the step, the epoch and the loss.
+
+    `model`: what the engine trained (its epoch lines' name); `step`: the work dir step it
+    belongs to, set by WorkDir.run_step (the model's name until then)."""
+
+    def __init__(self, model: str, what: str, value: float, epoch, step: Optional[str] = None):
+        self.model, self.what, self.value, self.epoch, self.step = model, what, value, epoch, step
+        super().__init__()
+
+    def __str__(self) -> str:
+        step = self.step or self.model
+        who = f" ({self.model})" if self.step and self.model not in (self.step, "student") else ""
+        return (f"step {step}{who}: the {self.what} became {self.value} in epoch {self.epoch}; nothing of the "
+                "step was kept (lower its learning rate, or check the data)")
 
 
 class Interrupted(XtremeDistilError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -83,8 +84,23 @@ def file_sha256(path) -> str:
     return digest.hexdigest()
 
 
+def finite_json(obj):
+    """`obj` with every NaN or infinite float replaced by None: JSON has no NaN (Python's
+    json module would write a bare `NaN`, which other JSON readers refuse)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: finite_json(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(value) for value in obj]
+    return obj
+
+
 def atomic_write_json(path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    """Write `obj` as JSON; a NaN or infinite float is written as null (`finite_json`), never as
+    the bare NaN/Infinity that is not JSON."""
+    atomic_write_text(path, json.dumps(finite_json(obj), indent=2, sort_keys=True, ensure_ascii=False,
+                                       allow_nan=False) + "\n")
 
 
 def dir_size(path, skip: Sequence[str] = ()) -> int:
@@ -103,9 +119,11 @@ def read_json(path):
 
 def say_if_blocking(path) -> None:
     """Print "reading <path>" on stderr when reading `path` may wait for a writer (a FIFO, a
-    device: anything but a regular file or a directory), so a command that blocks says on what."""
+    device: anything but a regular file or a directory), so a command that blocks says on what;
+    a FIFO (a named pipe, a shell's process substitution) adds "(waiting for a writer)"."""
     import sys
 
     path = Path(path)
     if path.exists() and not path.is_file() and not path.is_dir():
-        print(f"reading {path}", file=sys.stderr, flush=True)
+        fifo = " (waiting for a writer)" if path.is_fifo() else ""
+        print(f"reading {path}{fifo}", file=sys.stderr, flush=True)

@@ -32,8 +32,11 @@ def work_dir_lock(work_dir) -> Iterator[Path]:
             holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
             raise ConfigError(f"--work_dir={work_dir} is in use by another run (process {holder} holds {path}); "
                               "wait for it to finish or stop it, or use another --work_dir") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:   # a full disk from the start: name the file, not only the errno
+            raise ConfigError(f"--work_dir={work_dir} cannot be written: {path}: {e.strerror or e}") from None
         yield path
     finally:
         os.close(fd)   # releases the lock; the file stays (removing it would race with a waiting run)

@@ -19,7 +19,7 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -27,8 +27,8 @@ import numpy as np
 
 from xtremedistil_tf.data.classification import class_labels_of
 from xtremedistil_tf.data.inputs import input_files
-from xtremedistil_tf.data.loading import SPLITS, DataConfig, labels_of, load_splits, read_jsonl, write_jsonl
-from xtremedistil_tf.errors import ConfigError, Interrupted
+from xtremedistil_tf.data.loading import SPLITS, DataConfig, _path, labels_of, load_splits, read_jsonl, write_jsonl
+from xtremedistil_tf.errors import ConfigError, DataFormatError, Interrupted
 from xtremedistil_tf.evaluate import predates_decoded_teacher_scores
 from xtremedistil_tf.io import atomic_write_json, dir_size, read_json
 from xtremedistil_tf.lock import work_dir_lock
@@ -39,7 +39,7 @@ from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages, statefu
 from xtremedistil_tf.training.multigrained import LOSSES, TOKEN_LEVEL
 from xtremedistil_tf.training.staged import DistilConfig
 from xtremedistil_tf.training.student_run import StudentConfig
-from xtremedistil_tf.workdir import STEP_FILE, WorkDir, with_inputs
+from xtremedistil_tf.workdir import STEP_FILE, WorkDir, naming_step, read_streams, with_inputs
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +100,48 @@ def resolve_teacher_path(name: str) -> str:
 # ----------------------------------------------------------------------------- steps
 
 def step_data(work: WorkDir, cfg: RunConfig):
-    stamps = work.input_stamps("data", input_files(cfg.data))   # an edited input file redoes the data
-    fingerprint = with_inputs({"data": cfg.data.to_dict()}, stamps)
+    """Read the data into data/. Each input file's content is in the fingerprint (an edited file
+    is refused on a rerun); an input that is a stream (a FIFO, a process substitution: no size or
+    mtime to compare) is read first into data.read.tmp/, and what was read is hashed and loaded."""
+    files = input_files(cfg.data)
+    with read_streams(files, work.path("data.read.tmp")) as (copies, read):
+        stamps = {**work.input_stamps("data", files), **read}   # an edited input file redoes the data
+        fingerprint = with_inputs({"data": cfg.data.to_dict()}, stamps)
+        _load_data_step(work, cfg, fingerprint, stamps, copies)
+    return fingerprint
+
+
+def _reading_copies(data: DataConfig, copies: Dict[str, str]) -> DataConfig:
+    """`data` with each file flag whose file was a stream naming what read_streams read from it."""
+    changes = {name: copies[str(_path(data, getattr(data, name)))]
+               for name in ("train_file", "dev_file", "test_file", "transfer_file")
+               if getattr(data, name) and str(_path(data, getattr(data, name))) in copies}
+    unread = sorted(set(copies) - {str(_path(data, getattr(data, name))) for name in changes})
+    if unread:   # WikiAnn's <lang>/<split> files are read by directory
+        raise ConfigError(f"{unread[0]}: not a regular file (a pipe or a device); --data_format={data.format} "
+                          "reads its files from --data_dir, which must hold regular files")
+    return replace(data, **changes)
+
+
+def _as_named(error: Exception, copies: Dict[str, str]) -> Exception:
+    """`error` naming the input files the user gave instead of the copies read from them."""
+    if isinstance(error, DataFormatError):
+        named = {copy: path for path, copy in copies.items()}
+        return DataFormatError(named.get(error.path, error.path), error.line, error.message)
+    text = str(error)
+    for path, copy in copies.items():
+        text = text.replace(copy, path)
+    return ConfigError(text) if isinstance(error, ConfigError) and text != str(error) else error
+
+
+def _load_data_step(work: WorkDir, cfg: RunConfig, fingerprint: dict, stamps: dict, copies: Dict[str, str]) -> None:
+    data = _reading_copies(cfg.data, copies)
 
     def build(tmp: Path) -> dict:
-        splits = load_splits(cfg.data)
+        try:
+            splits = load_splits(data)
+        except (DataFormatError, ConfigError) as e:
+            raise _as_named(e, copies) from None
         if not splits["dev"] or (not splits["train"] and not _unlabeled_run(cfg, splits)):
             raise ConfigError(f"the data gave {len(splits['train'])} train and {len(splits['dev'])} dev "
                               "sentences; both must be non-empty (an empty train split needs a teacher that is "
@@ -117,7 +154,6 @@ def step_data(work: WorkDir, cfg: RunConfig):
         return {"labels": labels, **{f"{k}_sentences": len(v) for k, v in splits.items()}}
 
     work.run_step("data", fingerprint, build, stamps)
-    return fingerprint
 
 
 def teacher_is_finetuned(cfg: RunConfig) -> bool:
@@ -589,7 +625,8 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution) -> dict:
     current: List[str] = []   # this run's steps that are on disk, built or found done
 
     def step(name, function, *args, **kwargs):
-        out = function(*args, **kwargs)
+        with naming_step(name, work.path(name)):   # also outside run_step (the teacher-output cache, in place)
+            out = function(*args, **kwargs)
         current.append(name)
         return out
 
@@ -612,8 +649,9 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution) -> dict:
         raise
     # Written once every step accepted the work dir: a refused run leaves the last finished run's
     # config in place (each step's own configuration is in its step.json from the start).
-    atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
-    return step_metrics(work)
+    with naming_step("metrics", work.path("metrics.json")):
+        atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
+        return step_metrics(work)
 
 
 def _score_rows(model: str, scores: dict) -> List[tuple]:

@@ -303,7 +303,8 @@ def write_report(work_dir, latency_json=None, probes_file=None) -> Path:
     latency_path = Path(latency_json) if latency_json else work_dir / "latency.json"
     latency = read_json(latency_path) if latency_path.exists() else None
 
-    lines = [f"# Report: {work_dir.name}", "", "## Scores (entity-level, seqeval)", "",
+    # The dir's own name: not a symlink's that leads to it (runs/latest), nor "" for --work_dir=.
+    lines = [f"# Report: {work_dir.resolve().name}", "", "## Scores (entity-level, seqeval)", "",
              "F1 is over the words the models see (the data's tokens in the served word split, docs/data.md); span F1 "
              "scores the same predictions on exact entity character spans of the raw text, what an export of the "
              "model gives on that text.", "", *([hint, ""] if hint else [])]

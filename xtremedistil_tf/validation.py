@@ -30,7 +30,9 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "vocab.json")
 
 
 def check_ranges(flag_values) -> None:
-    """`flag_values`: absl's FLAGS (or any object with those attributes); flags left unset (None) pass."""
+    """`flag_values`: absl's FLAGS (or any object with those attributes); flags left unset (None) pass.
+    Every value out of range is named in the one ConfigError, joined by "; "."""
+    problems = []
     for name, (least, least_ok, greatest, greatest_ok, allowed) in RANGES.items():
         value = getattr(flag_values, name, None)
         if value is None:
@@ -38,12 +40,14 @@ def check_ranges(flag_values) -> None:
         inside = (value > least or (least_ok and value == least)) and (value < greatest or
                                                                        (greatest_ok and value == greatest))
         if not (math.isfinite(value) and inside):
-            raise ConfigError(f"--{name}={value}; expected {allowed}")
+            problems.append(f"--{name}={value}; expected {allowed}")
     if not 0 <= flag_values.seed <= MAX_SEED:
-        raise ConfigError(f"--seed={flag_values.seed}; expected 0 to {MAX_SEED}")
+        problems.append(f"--seed={flag_values.seed}; expected 0 to {MAX_SEED}")
     if flag_values.langs and flag_values.data_format != "wikiann":
-        raise ConfigError(f"--langs={','.join(flag_values.langs)} is read only with --data_format=wikiann "
-                          f"(not {flag_values.data_format}); drop it")
+        problems.append(f"--langs={','.join(flag_values.langs)} is read only with --data_format=wikiann "
+                        f"(not {flag_values.data_format}); drop it")
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def check_overrides(overrides: dict, teacher: str, teacher_config: Optional[dict],

@@ -9,20 +9,24 @@ once the new artifact is complete: until then the old one stays in place).
 A step that reads input files (the data step) puts their content in its fingerprint: step.json
 keeps each file's size, mtime and SHA-256, the size and mtime are the fast check on a rerun, and
 the file is hashed again only when they differ, so an edited file is refused like a changed flag.
+An input that is a stream (a FIFO, a process substitution) is read into a regular file first and
+stamped with the hash of what was read (`read_streams`).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import logging
 import os
 import re
+import shutil
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Iterator, Optional
 
-from xtremedistil_tf.errors import ConfigError, WorkDirError
-from xtremedistil_tf.io import atomic_dir, atomic_write_json, file_sha256, read_json
+from xtremedistil_tf.errors import ConfigError, TrainingDiverged, WorkDirError
+from xtremedistil_tf.io import atomic_dir, atomic_write_json, file_sha256, read_json, say_if_blocking
 
 # errno values that mean the work dir could not be written (disk or quota full, read-only, no permission).
 WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
@@ -49,6 +53,32 @@ def write_error_reason(error: BaseException) -> Optional[str]:
             where = re.search(r"(/[^\s;]+)[;:]?\s*" + re.escape(text), message)
             return text + (f" ({where.group(1)})" if where else "")
     return None
+
+
+def step_error(name: str, error: BaseException, where) -> Optional[WorkDirError]:
+    """The one-line error for an OSError that leaves step `name`, naming the step and a path (the
+    error's own file, else `where`, the step's artifact); None for an error that is not a system
+    OSError (e.g. transformers' OSError for a model it cannot find, which names what it means)."""
+    reason = write_error_reason(error)
+    if reason is not None:
+        return WorkDirError(f"step {name} failed: {reason if getattr(error, 'filename', None) else f'{reason} ({where})'}")
+    if isinstance(error, OSError) and error.errno is not None:
+        return WorkDirError(f"step {name} failed: {error.filename or where}: {error.strerror or error}")
+    return None
+
+
+@contextlib.contextmanager
+def naming_step(name: str, where) -> Iterator[None]:
+    """Turn a system OSError raised inside into `step_error`'s one line (others pass as they are)."""
+    try:
+        yield
+    except OSError as e:
+        failed = step_error(name, e, where)
+        if failed is None:
+            raise
+        raise failed from e
+
+
 STEP_FILE = "step.json"
 
 
@@ -79,6 +109,42 @@ def stamp_files(files: Dict[str, str], known: Optional[dict] = None) -> dict:
     return stamps
 
 
+def is_stream(path) -> bool:
+    """Whether `path` exists and is neither a regular file nor a directory: a FIFO, a shell's
+    process substitution (/dev/fd/N), a device. It can be read once, and has no size or mtime
+    that says whether its content changed."""
+    return os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
+
+
+@contextlib.contextmanager
+def read_streams(files: Dict[str, str], directory) -> Iterator[tuple]:
+    """Read each input of `files` ({path: flag}) that is a stream (`is_stream`) into a regular
+    file under `directory`, hashing what was read; yields ({path: its copy}, {path: stamp}), the
+    stamps as stamp_files' without an mtime. `directory` is removed on any exit (a Ctrl-C or
+    SIGTERM while a FIFO waits for its writer included)."""
+    directory = Path(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+    copies, stamps = {}, {}
+    try:
+        for index, (path, flag) in enumerate(sorted(files.items())):
+            if not is_stream(path):
+                continue
+            directory.mkdir(parents=True, exist_ok=True)
+            copy = directory / f"{index}-{Path(path).name}"
+            say_if_blocking(path)
+            digest, size = hashlib.sha256(), 0
+            with open(path, "rb") as source, open(copy, "wb") as target:
+                for block in iter(lambda: source.read(1 << 20), b""):
+                    digest.update(block)
+                    size += len(block)
+                    target.write(block)
+            copies[path] = str(copy)
+            stamps[path] = {"flag": flag, "size": size, "sha256": digest.hexdigest(), "stream": True}
+        yield copies, stamps
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def with_inputs(fingerprint: dict, stamps: dict) -> dict:
     """`fingerprint` plus the content of the step's input files (left out when there are none,
     so a run that reads no files keeps the fingerprint it had before files were fingerprinted)."""
@@ -95,7 +161,7 @@ def _changed_inputs(stored: dict, stored_stamps: dict, new: dict, new_stamps: di
             continue
         flag = (new_stamps.get(path) or stored_stamps.get(path) or {}).get("flag", "input file")
         if path not in new:
-            out.append(f"{path} ({flag}) is gone or unreadable since the step read it")
+            out.append(f"{path} ({flag}) {_not_read_now(path)}")
         elif path not in stored:
             out.append(f"{path} ({flag}) was not read by the step in the work dir")
         else:
@@ -103,6 +169,18 @@ def _changed_inputs(stored: dict, stored_stamps: dict, new: dict, new_stamps: di
             sizes = f"{was} bytes then, {new_stamps[path]['size']} now" if was is not None else "content differs"
             out.append(f"{path} ({flag}) changed since the step read it ({sizes})")
     return out
+
+
+def _not_read_now(path: str) -> str:
+    """Why a file the step read is not among the inputs now: gone, unreadable, no longer a
+    regular file, or (still there) no longer named by the flags."""
+    if not os.path.lexists(path):
+        return "is gone since the step read it"
+    if not os.access(path, os.R_OK):
+        return "cannot be read now (permissions)"
+    if not os.path.isfile(path):
+        return "is no longer a regular file"
+    return "is no longer an input (the flags name other files now)"
 
 
 def _differences(old: dict, new: dict, prefix: str = "") -> list:
@@ -183,10 +261,16 @@ class WorkDir:
                 if stamps:
                     record[INPUTS] = stamps
                 atomic_write_json(tmp / STEP_FILE, record)
+        except TrainingDiverged as e:   # the engine knows the model; the step is this one
+            e.step = e.step or name
+            raise
         except Exception as e:  # a full disk, a read-only dir: atomic_dir has removed the half-written step
             reason = write_error_reason(e)
             if reason is None:
-                raise  # e.g. transformers' OSError for a model it cannot find: not the work dir's fault
+                failed = step_error(name, e, self.path(name))   # e.g. an input that cannot be read
+                if failed is None:
+                    raise  # e.g. transformers' OSError for a model it cannot find: not the work dir's fault
+                raise failed from e
             raise WorkDirError(f"step {name} failed: {reason}; nothing of it was kept in "
                                f"{self.path(name)} (rerun the same command once fixed)") from e
         if existed:

@@ -65,5 +65,18 @@ def main(argv):
     return status[0]
 
 
+# `bin/benchmark --help` lists these first, one line each (the module docstring has their flags).
+SUBCOMMANDS = (
+    ("crf", "CRF log-likelihood, 1-best and k-best decoding at B=32, T=128 (eager, tf.function, XLA)"),
+    ("decoders", "a bin/ablate run's teacher and students: constrained and argmax decoding, F1 and speed"),
+    ("formats", "each export format and quantization: size, parameters, F1, latency, peak RSS"),
+    ("latency", "teacher and student inference latency at batch 1 and 32 (the paper's speedups)"),
+    ("memory", "peak RSS of student training against the transfer-set size"),
+    ("precision", "one training step under float32, mixed_bfloat16 and mixed_float16"),
+    ("teacher", "the pipeline's teacher beside a plain reference Keras loop: dev/test F1 and training time"),
+)
+
+
 def run():
-    run_app(main, __doc__, 'bin/benchmark teacher --data_format=wikiann --data_dir=DIR --langs=en --teacher=minilm --teacher_epochs=1')
+    run_app(main, __doc__, subcommands=SUBCOMMANDS,
+            example='bin/benchmark teacher --data_format=wikiann --data_dir=DIR --langs=en --teacher=minilm --teacher_epochs=1')

@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, FrozenSet, List, Tuple
+from typing import Callable, FrozenSet, List, Sequence, Tuple
 
 from absl import app, flags
 
@@ -41,10 +41,11 @@ def _ours(module: str) -> bool:
     return module.startswith("xtremedistil_tf") or module == "__main__"
 
 
-def help_text(doc: str, example: str, full: bool = False) -> str:
-    """The command's help: its docstring's first line, its flags (those of xtremedistil_tf's
-    modules) grouped by concern with defaults and allowed values, and one example line. `full`
-    adds absl's --flagfile and --undefok (TensorFlow's own flags are never listed)."""
+def help_text(doc: str, example: str, full: bool = False, subcommands: Sequence[Tuple[str, str]] = ()) -> str:
+    """The command's help: its docstring's first line, its `subcommands` ((name, what it does)
+    pairs, one line each), its flags (those of xtremedistil_tf's modules) grouped by concern with
+    defaults and allowed values, and one example line. `full` adds absl's --flagfile and --undefok
+    (TensorFlow's own flags are never listed)."""
     groups: dict = {}
     for module, module_flags in FLAGS.flags_by_module_dict().items():
         if not _ours(module):  # absl's and TensorFlow's own (TPU, profiling, test_srcdir...)
@@ -53,6 +54,9 @@ def help_text(doc: str, example: str, full: bool = False) -> str:
             default_title = "General" if module.endswith(".common") else module.rsplit(".", 1)[-1].capitalize()
             groups.setdefault(_group_of(flag.name, module, default_title), {})[flag.name] = flag
     lines = [doc.strip().splitlines()[0] if doc.strip() else "", ""]
+    if subcommands:
+        width = max(len(name) for name, _ in subcommands)
+        lines += ["Subcommands:", *(f"  {name:<{width}}  {what}" for name, what in subcommands), ""]
     for title, members in groups.items():
         lines.append(f"{title}:")
         for flag in members.values():
@@ -76,13 +80,13 @@ def _describe(flag) -> str:
     return f"{name} (default {default}): {' '.join(flag.help.split())}"
 
 
-def run_app(main: Callable, doc: str, example: str) -> None:
+def run_app(main: Callable, doc: str, example: str, subcommands: Sequence[Tuple[str, str]] = ()) -> None:
     """absl's app.run, with --help / -h / --helpshort printing `help_text` and --helpfull the
     same with absl's --flagfile and --undefok; a bad flag is one `error:` line and exit 2
     (`parse_flags`)."""
     asked = set(sys.argv[1:])
     if asked & {"--help", "-h", "-?", "--helpshort"} or "--helpfull" in asked:
-        print(help_text(doc, example, full="--helpfull" in asked))
+        print(help_text(doc, example, full="--helpfull" in asked, subcommands=subcommands))
         sys.exit(0)
     app.run(main, flags_parser=parse_flags)
 
@@ -160,6 +164,11 @@ def run_main(body: Callable[[], None]) -> None:
     previous = signal.getsignal(signal.SIGINT) if main else None
     if previous is signal.default_int_handler:   # not where SIGINT is ignored
         signal.signal(signal.SIGINT, _interrupt)
+    # SIGTERM (`kill`, a scheduler's stop) ends the run as Ctrl-C does: its step's temporary
+    # directory removed, one line, exit 130; by default it would kill the process where it stands.
+    terminate = signal.getsignal(signal.SIGTERM) if main else None
+    if terminate == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         body()
     except KeyboardInterrupt:   # outside any step (a step's own becomes Interrupted, naming it)
@@ -180,10 +189,12 @@ def run_main(body: Callable[[], None]) -> None:
     finally:
         if previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, previous)
+        if terminate == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, terminate)
 
 
 def _interrupt(signum, frame) -> None:
-    """Ctrl-C: Python's KeyboardInterrupt, and errors.INTERRUPT set for the case it is swallowed."""
+    """Ctrl-C (or SIGTERM): Python's KeyboardInterrupt, and errors.INTERRUPT set for the case it is swallowed."""
     INTERRUPT.set()
     raise KeyboardInterrupt
 

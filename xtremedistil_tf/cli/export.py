@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from absl import flags
@@ -58,7 +59,20 @@ def _dirs():
         raise ConfigError("pass --work_dir, or both --student_dir and --export_dir")
     if FLAGS.version < 0:
         raise ConfigError(f"--version must be >= 0; got {FLAGS.version}")
+    check_export_dir(Path(export))
     return Path(student), Path(export)
+
+
+def check_export_dir(export: Path) -> None:
+    """Refuse an export dir that cannot hold the export before any model is loaded: a regular file,
+    a path under one, or under a dir this user cannot write (it is created when missing)."""
+    flag = f"--export_dir={FLAGS.export_dir}" if FLAGS.export_dir else f"--work_dir={FLAGS.work_dir}: {export}"
+    existing = next(p for p in (export, *export.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        where = "is" if existing == export else f"is under {existing}, which is"
+        raise ConfigError(f"{flag} {where} a file; expected a directory (created if missing)")
+    if not os.access(existing, os.W_OK):
+        raise ConfigError(f"{flag}: {existing} cannot be written (permissions); expected a writable directory")
 
 
 def _prune_corpus():

@@ -185,10 +185,14 @@ def check_flags() -> dict:
 
     if not FLAGS.work_dir:
         raise ConfigError("--work_dir is required")
-    check_ranges(FLAGS)
-    for name, least in LEAST_VALUES.items():
-        if FLAGS[name].value is not None and FLAGS[name].value < least:
-            raise ConfigError(f"--{name}={FLAGS[name].value}; expected at least {least}")
+    problems = [f"--{name}={FLAGS[name].value}; expected at least {least}" for name, least in LEAST_VALUES.items()
+                if FLAGS[name].value is not None and FLAGS[name].value < least]
+    try:   # every bad value in the one line, not only the first
+        check_ranges(FLAGS)
+    except ConfigError as e:
+        problems.insert(0, str(e))
+    if problems:
+        raise ConfigError("; ".join(problems))
     try:
         overrides = json.loads(FLAGS.teacher_config_overrides)
     except json.JSONDecodeError as e:

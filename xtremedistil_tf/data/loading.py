@@ -144,6 +144,7 @@ def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
     train = first_per_language(train, cfg.max_train_sentences)
     dev = first_per_language(dev, cfg.max_eval_sentences)
     test = first_per_language(test, cfg.max_eval_sentences)
+    _check_entities(cfg, train)
     for split, sentences, name in (("dev", dev, cfg.dev_file), ("test", test, cfg.test_file)):
         if train and (cfg.source or cfg.format == "wikiann" or (name and cfg.format != "demo")):
             _check_labels_known(cfg, train, split, sentences)
@@ -164,16 +165,31 @@ def _labels(cfg: DataConfig, sentences: List[Sentence]) -> Dict[str, str]:
     return {t: t.partition("-")[2] or t for s in sentences for t in (s.tags or ()) if t != "O"}
 
 
+def _source(cfg: DataConfig, split: str) -> str:
+    """How the user named `split`'s data: the flag and file, the WikiAnn folders or the TFDS split."""
+    return (f"the {split} split of --data_source={cfg.source}" if cfg.source
+            else f"the {split} files of --langs={','.join(cfg.langs)}" if cfg.format == "wikiann"
+            else f"--{split}_file={getattr(cfg, split + '_file')}")
+
+
+def _check_entities(cfg: DataConfig, train: List[Sentence]) -> None:
+    """A tagged train split whose only label is O: a teacher would learn to tag nothing, and the
+    run would end at F1 0.00 having said nothing (nearly always a wrong file, column or scheme)."""
+    if cfg.task == "classification" or not train or _labels(cfg, train):
+        return
+    found = sorted({t for s in train for t in (s.tags or ())})
+    cap = f" (its first --max_train_sentences={cfg.max_train_sentences})" if cfg.max_train_sentences else ""
+    raise ConfigError(f"{_source(cfg, 'train')}: the training data{cap} has no entities (labels found: "
+                      f"{', '.join(found) or 'none'}); expected B-/I-/... entity tags besides O")
+
+
 def _check_labels_known(cfg: DataConfig, train: List[Sentence], split: str, sentences: List[Sentence]) -> None:
     known = set(_labels(cfg, train).values())
     unknown = sorted(label for label, learnt in _labels(cfg, sentences).items() if learnt not in known)
     if unknown:
-        source = (f"the {split} split of --data_source={cfg.source}" if cfg.source
-                  else f"the {split} files of --langs={','.join(cfg.langs)}" if cfg.format == "wikiann"
-                  else f"--{split}_file={getattr(cfg, split + '_file')}")
         cap = f" (its first --max_train_sentences={cfg.max_train_sentences})" if cfg.max_train_sentences else ""
-        raise ConfigError(f"{source}: labels that the training data{cap} lacks, so the teacher cannot learn them: "
-                          f"{', '.join(unknown)}")
+        raise ConfigError(f"{_source(cfg, split)}: labels that the training data{cap} lacks, so the teacher cannot "
+                          f"learn them: {', '.join(unknown)}")
 
 
 def first_per_language(sentences: List[Sentence], cap: int) -> List[Sentence]:

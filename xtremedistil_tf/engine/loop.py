@@ -32,11 +32,16 @@ from xtremedistil_tf.errors import ConfigError, TrainingDiverged, raise_if_inter
 log = logging.getLogger(__name__)
 
 
-def check_finite_loss(loss: float, step: str, epoch) -> None:
-    """Stop a training step whose loss became NaN or infinite (raised before the epoch is checkpointed)."""
-    if not math.isfinite(loss):
-        raise TrainingDiverged(f"step {step}: the training loss became {loss} in epoch {epoch}; nothing of the "
-                               "step was kept (lower its learning rate, or check the data)")
+# The losses of an epoch's log that must stay finite, and what the refusal calls them.
+FINITE_LOSSES = (("loss", "training loss"), ("val_loss", "dev loss"))
+
+
+def check_finite_loss(logs: Dict[str, float], step: str, epoch) -> None:
+    """Stop a training step whose training or dev loss became NaN or infinite (raised before the
+    epoch is checkpointed or selected, so neither a diverged epoch nor its NaN is ever kept)."""
+    for key, what in FINITE_LOSSES:
+        if key in logs and not math.isfinite(logs[key]):
+            raise TrainingDiverged(step, what, logs[key], epoch)
 
 
 class _StopOnInterrupt(tf.keras.callbacks.Callback):
@@ -138,10 +143,13 @@ class Engine:
                              callbacks=self.callbacks + bar + [_StopOnInterrupt()],
                              verbose=0).history
             loss = logs["loss"][-1]
-            check_finite_loss(loss, self.name, f"{epoch + 1}{f' ({context})' if context else ''}")
             record = {k: float(v[-1]) for k, v in logs.items()}
+            where = f"{epoch + 1}{f' ({context})' if context else ''}"
+            check_finite_loss(record, self.name, where)
             if score is not None:
                 record[score_name] = float(score())
+                if not math.isfinite(record[score_name]):
+                    raise TrainingDiverged(self.name, f"dev score ({score_name})", record[score_name], where)
             value = -record[score_name] if score else record.get("val_loss", loss)
             tracker.update(value, target.get_weights if selects else lambda: None)
             seconds = time.time() - started

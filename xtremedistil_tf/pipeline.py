@@ -654,14 +654,15 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution) -> dict:
         return step_metrics(work)
 
 
-def _score_rows(model: str, scores: dict) -> List[tuple]:
+def _score_rows(model: str, scores: dict, spans: bool = False) -> List[tuple]:
+    """Rows of entity F1 / P / R per split; `spans`: also the span F1 (what the model's export scores)."""
     rows = []
     for split, s in scores.items():
         several = len(s.get("languages", {})) > 1
         extra = f" (mean over languages {s['f1_mean']:.4f} +- {s['f1_std']:.4f})" if several else ""
         rows.append((f"{model} {split} F1 / P / R",
                      f"{s['all']['f1']:.4f} / {s['all']['precision']:.4f} / {s['all']['recall']:.4f}{extra}"))
-        if "spans" in s:   # evaluate.tag_scores: exact entity character spans of the raw text
+        if spans and "spans" in s:   # evaluate.tag_scores: exact entity character spans of the raw text
             spans = s["spans"]["all"]
             rows.append((f"{model} {split} span F1 / P / R",
                          f"{spans['f1']:.4f} / {spans['precision']:.4f} / {spans['recall']:.4f} (entity character "
@@ -686,7 +687,7 @@ def summary_table(work_dir, metrics: dict) -> str:
                                         f"1,000 windows{rate})  {work / 'transfer'}"))
     if "student" in metrics:
         student = metrics["student"]
-        rows += _score_rows("student", student["scores"])
+        rows += _score_rows("student", student["scores"], spans=True)
         teacher_test = metrics["teacher"]["scores"].get("test", {}).get("all", {}).get("f1")
         if teacher_test:
             rows.append(("student / teacher test F1", f"{student['scores']['test']['all']['f1'] / teacher_test:.1%}"))

@@ -54,16 +54,14 @@ def load_serving_fn(path) -> Callable:
 
 class TextTagger:
     """`serving_default`'s entity outputs (num_entities, entity_start/end/type/text/confidence) of a saved
-    student, computed with its tokenizer in Python: texts are split into words at whitespace and
-    punctuation (offsets in characters), the words encoded and windowed as in training
-    (data/alignment.py), the windows run by `NerServing.ids` and each word's tag read at its first piece
+    student, computed with its tokenizer in Python: texts are split into words by the served word split
+    (data/wordsplit.py; offsets in characters), the words encoded in the windows the export runs
+    (student_run.served_windows), the windows run by `NerServing.ids` and each word's tag read at its first piece
     (softmax students: the module's WordDecoder, `decode`; CRF students: the CRF's Viterbi); spans are
     decoded leniently (schemes.tags_to_spans) with the mean tag probability of their words as
     confidence, as the exported graph does."""
 
     def __init__(self, student_dir, batch_size: int = 64, decode: str = "constrained"):
-        from tokenizers.pre_tokenizers import BertPreTokenizer
-
         from xtremedistil_tf.data.alignment import TagVocab
         from xtremedistil_tf.export.serving import NerServing
         from xtremedistil_tf.training.student_run import load_student
@@ -72,7 +70,6 @@ class TextTagger:
         self.module = NerServing(model, self.config, vocab=None, decode=decode)
         self.tag_vocab = TagVocab(self.config.labels)
         self.batch_size = batch_size
-        self._split = BertPreTokenizer().pre_tokenize_str
 
     def __call__(self, text) -> Dict[str, tf.Tensor]:
         texts = [t.decode("utf-8", errors="replace") for t in np.asarray(text).reshape(-1).tolist()]
@@ -81,12 +78,15 @@ class TextTagger:
 
     def tag_words(self, texts: Sequence[str]):
         """Per text: its words [(word, (start, end))], one label per word, and each label's probability."""
-        from xtremedistil_tf.data.alignment import encode, length_batches
+        from xtremedistil_tf.data.alignment import length_batches
         from xtremedistil_tf.data.sentence import Sentence
+        from xtremedistil_tf.data.wordsplit import split_words
+        from xtremedistil_tf.training.student_run import served_windows
 
-        words = [self._split(t) for t in texts]
-        windows = encode([Sentence([w for w, _ in ws]) for ws in words], self.tokenizer, self.tag_vocab,
-                         self.config.max_seq_length)
+        # The served word split (data/wordsplit.py) and windows (a BiLSTM reads each text whole), as the export.
+        words = [[(t[a:b], (a, b)) for a, b in offsets] for t, offsets in zip(texts, split_words(texts))]
+        windows = served_windows([Sentence([w for w, _ in ws]) for ws in words], self.tokenizer, self.tag_vocab,
+                                 self.config.max_seq_length, self.config.architecture != "transformer")
         tags = np.zeros(windows.input_ids.shape, np.int32)
         probs = np.zeros(windows.input_ids.shape, np.float32)
         all_probs = np.zeros(windows.input_ids.shape + (len(self.config.tags),), np.float32)

@@ -128,7 +128,9 @@ def student_rows(trained: tf.keras.Model, name: str, ids: np.ndarray, vocab: Lis
         rows.append(_row(key + ("ids",), _ids_call(lambda i, m, f=ids_fn: f(input_ids=i, attention_mask=m), False),
                          ids, repeats, query_batches))
         rows.append(_row(key + ("text",), lambda b, f=text_fn: f(text=tf.constant(b)), texts, repeats, query_batches))
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "export"))
+    shipped = str(Path(__file__).resolve().parent.parent / "export")
+    if shipped not in sys.path:
+        sys.path.insert(0, shipped)
     import portable  # the shipped predict.py, as a client imports it
 
     for fmt, quantize in (("onnx", "none"), ("onnx", "dynamic_int8"), ("tflite", "none"), ("tflite", "dynamic_int8")):

@@ -88,3 +88,66 @@ def test_work_dir_students_reads_the_runs_own_configuration(tmp_path):
         latency.work_dir_students(tmp_path)
     with pytest.raises(ValueError, match="no config.json"):
         latency.work_dir_students(tmp_path / "absent")
+
+
+PEER_ROWS = [("teacher", "tensorflow", "tf.function", "none", "ids"), ("teacher", "onnxruntime", "onnx", "none", "ids"),
+             ("teacher", "onnxruntime", "onnx", "dynamic_int8", "ids")]
+STUDENT_FORMATS = ([("tensorflow", "saved_model", "none")]
+                   + [("onnxruntime", "onnx", q) for q in ("none", "dynamic_int8")]
+                   + [("litert", "tflite", q) for q in ("none", "dynamic_int8")])
+
+
+def _benchmark(*argv):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, str(REPO / "bin" / "benchmark"), "latency", *argv], capture_output=True,
+                          text=True, env=env, timeout=900)
+
+
+@pytest.mark.slow
+def test_peer_rows_time_the_teacher_and_students_as_deployed(tmp_path):
+    """bin/benchmark latency --latency_peers: the teacher in TF and ONNX Runtime float32/int8, the
+    student in every exported format, ids and text, each row and ratio printed and in the JSON."""
+    from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
+
+    output = tmp_path / "latency.json"
+    proc = _benchmark("--latency_peers", "--latency_threads=1", f"--teacher_config={json.dumps(TINY_TEACHER)}",
+                      "--students=8x6", "--queries=3", "--seq_length=8", f"--output_json={output}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    formats = STUDENT_FORMATS + ([("tensorflow", "saved_model", "bfloat16")] if cpu_has_bf16() else [])
+    expected = PEER_ROWS + [("8x6",) + f + (i,) for f in formats for i in ("ids", "text")]
+    peers = json.loads(output.read_text(encoding="utf-8"))["peers"]
+    assert peers["threads"] == 1
+    rows = {tuple(r[k] for k in ("model", "runtime", "format", "quantize", "input")): r for r in peers["rows"]}
+    assert sorted(rows) == sorted(expected)
+    teacher_int8 = rows["teacher", "onnxruntime", "onnx", "dynamic_int8", "ids"]["latency_ms"]
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("peers: threads 1 intra-op, 1 inter-op") for line in lines)
+    for key, row in rows.items():
+        for batch in ("batch1", "batch32"):
+            ms = row["latency_ms"][batch]
+            assert ms > 0
+            assert row["sentences_per_second_per_core"][batch] == pytest.approx(1000.0 / ms)
+            if key[0] != "teacher":
+                assert row["speedup_over_int8_onnx_teacher"][batch] == pytest.approx(teacher_int8[batch] / ms)
+        printed = [line.split() for line in lines if line.split()[:5] == list(key)]
+        assert len(printed) == 1, key
+        cells = printed[0][5:]
+        assert float(cells[0]) == pytest.approx(row["latency_ms"]["batch1"], abs=6e-4)
+        if key[0] == "teacher":
+            assert len(cells) == 4
+        else:
+            assert len(cells) == 6 and cells[4].endswith("x") and cells[5].endswith("x")
+            assert float(cells[5][:-1]) == pytest.approx(row["speedup_over_int8_onnx_teacher"]["batch32"], abs=6e-3)
+
+
+def test_latency_threads_needs_peers_and_fails_in_one_line():
+    proc = _benchmark("--latency_threads=2", "--students=8x6")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == ("bin/benchmark latency: --latency_threads sets the threads of the "
+                                                    "--latency_peers rows; pass --latency_peers")

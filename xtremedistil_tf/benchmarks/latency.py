@@ -22,6 +22,11 @@ bin/export --xla_lengths serves); and `block`, whose BiLSTM is TensorFlow's fuse
 With `--work_dir=W` (and no `--students`) the student is W's own configuration (config.json's E and
 H), and the results go to W/latency.json (unless `--output_json`), where bin/report reads them to
 plot W's F1 against speedup (report.py, figure1.png).
+
+With `--latency_peers` the same run also times what a practitioner would deploy (benchmarks/peers.py):
+the teacher in ONNX Runtime float32 and dynamic int8 beside TensorFlow, each student as bin/export
+writes it (SavedModel, ONNX, TFLite; ids in and text in), with every runtime on `--latency_threads`
+threads and each student row's speedup over the int8 ONNX teacher ("peers" in the JSON).
 """
 from __future__ import annotations
 
@@ -69,6 +74,14 @@ def define_flags() -> None:
                                                                "fewer: a vocabulary pruned by bin/export --prune_vocab).")]:
         if name not in FLAGS:
             flags.DEFINE_integer(name, default, help_text)
+    if "latency_peers" not in FLAGS:
+        flags.DEFINE_bool("latency_peers", False, "latency: also time what a practitioner would deploy, in the same "
+                          "run on the same ids and texts: the teacher in TensorFlow and in ONNX Runtime float32 and "
+                          "dynamic int8 (bin/export --teacher), each student as bin/export writes it (SavedModel, "
+                          "ONNX, TFLite; float32, dynamic int8, bfloat16 where the CPU has it; ids in and text in), "
+                          "with each student row's speedup over the int8 ONNX teacher.")
+        flags.DEFINE_integer("latency_threads", 0, "latency --latency_peers: intra-op threads of every runtime "
+                                                   "(TensorFlow, ONNX Runtime, TFLite; inter-op 1); 0: the CPU count.")
 
 TEACHER_CONFIGS = {
     # mBERT-base: 177.9M parameters with its 119,547-piece vocabulary (the paper's "179MM").
@@ -179,11 +192,16 @@ def per_query_ms(fn: Callable, queries: np.ndarray, batch: int, repeats: int) ->
     The median of per-call times resists the load spikes of a shared machine better than a
     pass total; the last batch wraps around to the first queries so all calls have one shape.
     """
-    calls = -(-len(queries) // batch)
-    ids = np.resize(queries, (calls * batch, queries.shape[1]))
-    batches = [tf.constant(ids[i * batch:(i + 1) * batch]) for i in range(calls)]
+    batches = [tf.constant(b) for b in query_batches(queries, batch)]
     mask = tf.ones_like(batches[0])
     return _median_call_ms(lambda ids_batch: fn(ids_batch, mask), batches, repeats) / batch
+
+
+def query_batches(queries: np.ndarray, batch: int) -> List[np.ndarray]:
+    """`queries` in batches of `batch` rows; the last wraps around to the first queries so all have one shape."""
+    calls = -(-len(queries) // batch)
+    ids = np.resize(queries, (calls * batch,) + queries.shape[1:])
+    return [ids[i * batch:(i + 1) * batch] for i in range(calls)]
 
 
 def saved_model_bytes(model, seq_length: int) -> int:
@@ -214,23 +232,24 @@ def string_signature_ms(student: tf.keras.Model, vocab_size: int, queries: int, 
     from xtremedistil_tf.export.serving import NerServing
     from xtremedistil_tf.export.student import StudentMeta
 
-    # Pieces w0..wN are whole words of one piece each, so a text of seq_length - 2 words is a
-    # query of seq_length pieces with [CLS] and [SEP].
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab += [f"w{i}" for i in range(vocab_size - len(vocab))]
+    vocab, texts = word_texts(vocab_size, queries, seq_length)
     module = NerServing(student, StudentMeta(labels=LABELS), vocab, xla_lengths=xla_lengths)
-    rng = np.random.default_rng(0)
-    words = rng.integers(len(vocab) - 5, size=(queries, seq_length - 2))
-    texts = np.array([" ".join(f"w{i}" for i in row) for row in words], dtype=object)
     with tempfile.TemporaryDirectory() as tmp:
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve.get_concrete_function()})
         serve = tf.saved_model.load(tmp).signatures["serving_default"]
-        result = {}
-        for batch in BATCHES:
-            calls = -(-queries // batch)
-            batches = [tf.constant(np.resize(texts, calls * batch)[i * batch:(i + 1) * batch]) for i in range(calls)]
-            result[f"batch{batch}"] = _median_call_ms(lambda b: serve(text=b)["num_words"], batches, repeats) / batch
-        return result
+        return {f"batch{batch}": _median_call_ms(lambda b: serve(text=b)["num_words"],
+                                                 [tf.constant(b) for b in query_batches(texts, batch)], repeats) / batch
+                for batch in BATCHES}
+
+
+def word_texts(vocab_size: int, queries: int, seq_length: int) -> Tuple[List[str], np.ndarray]:
+    """(a vocabulary of `vocab_size` pieces: the specials, then w0..wN, whole words of one piece each;
+    `queries` texts of seq_length - 2 such words, so each is a query of seq_length pieces with
+    [CLS] and [SEP])."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab += [f"w{i}" for i in range(vocab_size - len(vocab))]
+    words = np.random.default_rng(0).integers(len(vocab) - 5, size=(queries, seq_length - 2))
+    return vocab, np.array([" ".join(f"w{i}" for i in row) for row in words], dtype=object)
 
 
 def _median_call_ms(fn: Callable, batches: Sequence[tf.Tensor], repeats: int) -> float:
@@ -246,8 +265,18 @@ def _best(latency: Dict[str, Dict[str, float]]) -> Dict[str, Tuple[str, float]]:
 
 def measure(teacher_spec: str, students: Sequence[Tuple[int, int]], queries: int, seq_length: int,
             repeats: int, string_signature: bool = True, heads_on: str = "projection",
-            student_vocab_size: int = 0) -> dict:
-    """All measurements as a JSON-ready dict (see `format_lines`)."""
+            student_vocab_size: int = 0, peer_threads: int = 0) -> dict:
+    """All measurements as a JSON-ready dict (see `format_lines`); with `peer_threads` (> 0) also
+    "peers" (benchmarks/peers.py), every runtime on that many threads."""
+    with tempfile.TemporaryDirectory(prefix="latency_peers_") as tmp:
+        return _measure(teacher_spec, students, queries, seq_length, repeats, string_signature, heads_on,
+                        student_vocab_size, peer_threads, Path(tmp))
+
+
+def _measure(teacher_spec, students, queries, seq_length, repeats, string_signature, heads_on, student_vocab_size,
+             peer_threads, tmp: Path) -> dict:
+    from xtremedistil_tf.benchmarks import peers
+
     config = teacher_config(teacher_spec)
     ids = make_queries(config.vocab_size, queries, seq_length)
     student_vocab = student_vocab_size or config.vocab_size
@@ -258,6 +287,8 @@ def measure(teacher_spec: str, students: Sequence[Tuple[int, int]], queries: int
                           "latency_ms": latencies(teacher, ids, repeats, {"tf.function": False, "xla": True})},
               "students": [], "queries": queries, "seq_length": seq_length, "repeats": repeats,
               "student_heads_on": heads_on, "student_vocab_size": student_vocab, "machine": machine()}
+    rows = peers.teacher_rows(teacher, ids, repeats, peer_threads, tmp) if peer_threads else []
+    vocab, texts = word_texts(student_vocab, queries, seq_length)
     del teacher
     for e, h in students:
         trained = build_bilstm_student(student_vocab, len(TagVocab(LABELS)), e, h, config.hidden_size,
@@ -280,6 +311,10 @@ def measure(teacher_spec: str, students: Sequence[Tuple[int, int]], queries: int
             entry["string_signature_xla_ms"] = string_signature_ms(trained, student_vocab, queries, repeats,
                                                                    seq_length, xla_lengths=(seq_length,))
         result["students"].append(_with_ratios(entry, result["teacher"]))
+        if peer_threads:
+            rows += peers.student_rows(trained, entry["name"], student_ids, vocab, texts, repeats, peer_threads, tmp)
+    if peer_threads:
+        result["peers"] = {"threads": peer_threads, "rows": peers.with_ratios(rows, peer_threads)}
     return result
 
 
@@ -331,6 +366,10 @@ def format_lines(result: dict) -> List[str]:
                 sig = s[key]
                 lines.append(f"  {'':<8} exported string signature (tokenizer in graph, {how}): "
                              f"{sig['batch1']:.3f} ms/query at batch 1, {sig['batch32']:.3f} at batch 32")
+    if "peers" in result:
+        from xtremedistil_tf.benchmarks import peers
+
+        lines += peers.format_lines(result["peers"], result["seq_length"])
     return lines
 
 
@@ -359,8 +398,18 @@ def run(repeats: int) -> List[str]:
     work_dir = FLAGS.work_dir if "work_dir" in FLAGS else ""
     students = FLAGS.students if FLAGS["students"].present or not work_dir else work_dir_students(work_dir)
     output = FLAGS.output_json or (str(Path(work_dir) / "latency.json") if work_dir else "")
+    if FLAGS.latency_threads < 0:
+        raise ValueError(f"--latency_threads must be >= 0; got {FLAGS.latency_threads}")
+    if FLAGS["latency_threads"].present and not FLAGS.latency_peers:
+        raise ValueError("--latency_threads sets the threads of the --latency_peers rows; pass --latency_peers")
+    threads = 0
+    if FLAGS.latency_peers:
+        from xtremedistil_tf.benchmarks.peers import set_tensorflow_threads
+
+        threads = set_tensorflow_threads(FLAGS.latency_threads)
     result = measure(FLAGS.teacher_config, parse_students(students), FLAGS.queries, FLAGS.seq_length,
-                     passes, heads_on=FLAGS.student_heads_on, student_vocab_size=FLAGS.student_vocab_size)
+                     passes, heads_on=FLAGS.student_heads_on, student_vocab_size=FLAGS.student_vocab_size,
+                     peer_threads=threads)
     if output:
         atomic_write_json(output, result)
     return format_lines(result) + ([f"results written to {output}"] if output else [])

@@ -5,6 +5,8 @@
     bin/benchmark formats --work_dir=runs/wikiann [--repeats=3 --formats_queries=256 --formats_lengths=64]
                           (size, parameters, F1, latency, peak RSS per export format and quantization)
     bin/benchmark latency [--teacher_config=mbert-base --students=50x200,100x400 --queries=1000]
+                          [--latency_peers --latency_threads=2]   (+ the teacher in ONNX Runtime float32/int8 and the
+                          students in every exported format, ids and text; speedups over the int8 ONNX teacher)
     bin/benchmark memory [--memory_sizes=10000,100000 --memory_steps=300]   (peak RSS of student training vs transfer-set size)
     bin/benchmark precision [--repeats=20]   (a training step under float32 / mixed_bfloat16 / mixed_float16)
     bin/benchmark teacher --data_format=wikiann --data_dir=DIR --langs=en --teacher=minilm [bin/train's flags]

@@ -7,6 +7,8 @@
     bin/export --work_dir=runs/demo --format=tflite --xla_lengths=32,128    # runs/demo/export/ner-tflite/
     bin/export --work_dir=runs/demo --quantize=bfloat16   # a SavedModel in bfloat16 (CPUs with AVX512-BF16/AMX)
     bin/export --work_dir=runs/demo --decode=argmax     # softmax students: each word's best tag, unconstrained
+    bin/export --work_dir=runs/demo --teacher [--quantize=dynamic_int8]   # the run's teacher in ONNX:
+                                                        # runs/demo/export/ner-teacher-onnx[-dynamic_int8]/
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from xtremedistil_tf.errors import ConfigError
 
 FLAGS = flags.FLAGS
 
+flags.DEFINE_bool("teacher", False, "Export the run's fine-tuned teacher (--teacher_dir) to ONNX instead of the "
+                  "student: ids in, tags out; --quantize=none or dynamic_int8 (docs/serving.md).")
+flags.DEFINE_string("teacher_dir", "", "--teacher: the saved teacher (default: <work_dir>/teacher/model).")
 flags.DEFINE_string("student_dir", "", "Saved student directory (default: <work_dir>/student).")
 flags.DEFINE_string("export_dir", "", "Base directory of served models (default: <work_dir>/export).")
 flags.DEFINE_string("model_name", "ner", "Model name: TF Serving's --model_name and the URL path.")
@@ -92,9 +97,38 @@ def _prune_corpus():
     return corpus
 
 
+# bin/export's student-only flags: --teacher refuses them rather than ignoring them.
+STUDENT_ONLY = ("student_dir", "version", "prune_vocab", "prune_corpus", "prune_min_count", "prune_keep_characters",
+                "xla_lengths", "decode")
+
+
+def export_teacher() -> None:
+    """bin/export --teacher: the flags checked, then the teacher written (export/teacher.py)."""
+    from xtremedistil_tf.export.teacher import check_teacher_dir, export_teacher as write
+
+    given = [f"--{name}" for name in STUDENT_ONLY if FLAGS[name].present]
+    if given:
+        raise ConfigError(f"--teacher exports the teacher; drop {', '.join(given)} (student flags)")
+    if FLAGS["format"].present and FLAGS.format != "onnx":
+        raise ConfigError(f"--teacher writes ONNX; drop --format={FLAGS.format}")
+    if FLAGS.quantize not in ("none", "dynamic_int8"):
+        raise ConfigError(f"--teacher: --quantize must be none or dynamic_int8; got {FLAGS.quantize}")
+    work = Path(FLAGS.work_dir) if FLAGS.work_dir else None
+    teacher = FLAGS.teacher_dir or (work / "teacher" / "model" if work else "")
+    export_dir = FLAGS.export_dir or (work / "export" if work else "")
+    if not teacher or not export_dir:
+        raise ConfigError("--teacher: pass --work_dir, or both --teacher_dir and --export_dir")
+    check_teacher_dir(teacher)
+    print(write(teacher, export_dir, FLAGS.model_name, FLAGS.quantize, FLAGS.overwrite), flush=True)
+
+
 def export() -> None:
     from xtremedistil_tf.export.formats import check_format, export as export_model
 
+    if FLAGS.teacher:
+        return export_teacher()
+    if FLAGS.teacher_dir:
+        raise ConfigError("--teacher_dir is read only with --teacher")
     check_format(FLAGS.format, FLAGS.quantize)
     exported = export_model(*_dirs(), FLAGS.format, FLAGS.quantize, FLAGS.model_name, FLAGS.version, FLAGS.overwrite,
                             _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters, int_list("xla_lengths"),

@@ -128,20 +128,82 @@ def _erfc_to_onnx(ctx, node, name, args):
     ctx.remove_node(node.name)
 
 
-def convert_onnx(module: NerServing, path: Path, quantize: str) -> None:
-    """model.onnx at `path`: the portable graph with dynamic B and T; with dynamic_int8, weights
-    quantized by onnxruntime.quantization.quantize_dynamic (MatMul, Gather, LSTM; activations at run time)."""
+def onnx_from_function(function, path: Path, low_memory: bool = False) -> None:
+    """model.onnx at `path` from a concrete function over int32 [B, T] inputs, dynamic B and T, opset
+    ONNX_OPSET, with this module's handlers (BlockLSTMV2, Erfc).
+
+    `low_memory` (transformer teachers: export/teacher.py): tf2onnx's optimizers rewrite every node's
+    protobuf after each pass, and the protobuf runtime keeps the old copy of a constant's bytes in
+    the node's arena, so a plain conversion holds about 25 copies of the weights at its end (a
+    MiniLM-sized teacher of 86 MiB peaked at 7.2 GB, a BERT-base-sized one past 16 GB). Here the
+    frozen weights (constants over WEIGHT_BYTES) leave the TF graph as placeholders before
+    conversion and come back as the ONNX model's initializers, so tf2onnx only handles the graph.
+    Only for graphs whose handlers need no weight values (not the BiLSTM's BlockLSTMV2)."""
     import tf2onnx
 
-    function = _ids_function(module, None)
     handlers = {"BlockLSTMV2": (_block_lstm_to_onnx, []), "Erfc": (_erfc_to_onnx, [])}
-    target = path if quantize == "none" else path.with_suffix(".float32.onnx")
-    tf2onnx.convert.from_function(tf.function(function), input_signature=function.structured_input_signature[0],
-                                  opset=ONNX_OPSET, custom_op_handlers=handlers, output_path=str(target))
-    if quantize == "dynamic_int8":
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+    if not low_memory:
+        tf2onnx.convert.from_function(tf.function(function), input_signature=function.structured_input_signature[0],
+                                      opset=ONNX_OPSET, custom_op_handlers=handlers, output_path=str(path))
+        return
+    import onnx
+    from onnx import numpy_helper
+    from tf2onnx import tf_loader
+    from tf2onnx.convert import tensor_names_from_structed
 
-        quantize_dynamic(str(target), str(path), weight_type=QuantType.QInt8)
+    inputs = [t.name for t in function.inputs if t.dtype != tf.resource]
+    outputs = [t.name for t in function.outputs if t.dtype != tf.resource]
+    renames = tensor_names_from_structed(function, inputs, outputs)
+    graph, weights = _weights_as_placeholders(tf_loader.from_function(function, inputs, outputs))
+    model, _ = tf2onnx.convert.from_graph_def(graph, input_names=inputs + list(weights), output_names=outputs,
+                                              opset=ONNX_OPSET, custom_op_handlers=handlers,
+                                              tensors_to_rename=renames)
+    del graph
+    kept = [tensor for tensor in model.graph.input if tensor.name not in weights]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    for name in list(weights):
+        model.graph.initializer.append(numpy_helper.from_array(weights.pop(name), name))
+    onnx.save(model, str(path))
+
+
+WEIGHT_BYTES = 1 << 10  # onnx_from_function(low_memory=True): constants this large become initializers
+
+
+def _weights_as_placeholders(graph_def):
+    """(a copy of the frozen `graph_def` whose constants of over WEIGHT_BYTES are placeholders of
+    their dtype and shape, {"<name>:0": value})."""
+    weights = {}
+    graph = tf.compat.v1.GraphDef()
+    graph.versions.CopyFrom(graph_def.versions)
+    graph.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        tensor = node.attr["value"].tensor if node.op == "Const" else None
+        if tensor is None or len(tensor.tensor_content) <= WEIGHT_BYTES:
+            graph.node.add().CopyFrom(node)
+            continue
+        weights[node.name + ":0"] = tf.make_ndarray(tensor)
+        placeholder = graph.node.add(name=node.name, op="Placeholder", device=node.device)
+        placeholder.attr["dtype"].CopyFrom(node.attr["dtype"])
+        placeholder.attr["shape"].shape.CopyFrom(tensor.tensor_shape)
+    return graph, weights
+
+
+def quantize_onnx(source: Path, target: Path) -> None:
+    """Dynamic int8: weights quantized by onnxruntime.quantization.quantize_dynamic (MatMul, Gather,
+    LSTM, ...; activations at run time)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+
+
+def convert_onnx(module: NerServing, path: Path, quantize: str) -> None:
+    """model.onnx at `path`: the portable graph with dynamic B and T; with dynamic_int8 quantized
+    (`quantize_onnx`)."""
+    target = path if quantize == "none" else path.with_suffix(".float32.onnx")
+    onnx_from_function(_ids_function(module, None), target)
+    if quantize == "dynamic_int8":
+        quantize_onnx(target, path)
         target.unlink()
 
 

@@ -1,0 +1,175 @@
+"""`bin/benchmark latency --latency_peers`: the teacher and the students as they would be deployed,
+side by side in one process and one run (issue 33).
+
+Rows (model, runtime, format, quantize, input), each timed at batch 1 and 32 on the run's ids
+(students and teacher read the same [queries, seq_length] ids when the vocabularies agree) or on
+texts of seq_length - 2 one-piece words (latency.word_texts):
+- the teacher, ids in: TensorFlow (the graph bin/export --teacher converts: export.teacher.
+  teacher_function), ONNX Runtime float32 and dynamic int8 (export.teacher.teacher_onnx);
+- each student as bin/export writes it, ids in and text in: the SavedModel (`ids` and
+  `serving_default` signatures, reloaded from disk; float32, and bfloat16 where the CPU has it),
+  ONNX and TFLite float32 and dynamic int8 through the shipped predict.py (Predictor.run for ids,
+  Predictor.predict for text), TFLite at the fixed length seq_length.
+Each row gets per-query ms, sentences per second per core (1000 / ms / threads) and, for the
+students, the speedup over the int8 ONNX teacher at the same batch (teacher ms / student ms).
+Every runtime runs `threads` intra-op threads and one inter-op thread (`set_tensorflow_threads`
+must run before TensorFlow starts).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Callable, List, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from xtremedistil_tf.benchmarks.timing import median_ms
+
+TEACHER_PEER = ("teacher", "onnxruntime", "onnx", "dynamic_int8", "ids")
+KEYS = ("model", "runtime", "format", "quantize", "input")
+
+
+def set_tensorflow_threads(threads: int) -> int:
+    """TensorFlow's intra-op threads = `threads` (0: the CPU count), inter-op 1; returns the count.
+    A ValueError if TensorFlow already started with other settings."""
+    threads = threads or os.cpu_count() or 1
+    if threads < 1:
+        raise ValueError(f"--latency_threads must be >= 0; got {threads}")
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:
+        current = (tf.config.threading.get_intra_op_parallelism_threads(),
+                   tf.config.threading.get_inter_op_parallelism_threads())
+        if current != (threads, 1):
+            raise ValueError(f"--latency_threads={threads}: TensorFlow started before its threads could be set "
+                             f"(intra, inter = {current}); run bin/benchmark latency --latency_peers on its own") from None
+    return threads
+
+
+def _ms(call: Callable, batches: Sequence, repeats: int) -> float:
+    """Per-query ms: the median over `repeats` passes over `batches` of a call's time / its batch size,
+    after three warm-up calls (latency._median_call_ms's protocol)."""
+    position = [0]
+
+    def step():
+        call(batches[position[0] % len(batches)])
+        position[0] += 1
+
+    return median_ms(step, repeats * len(batches), warmup=3) / len(batches[0])
+
+
+def _row(key, call: Callable, queries, repeats: int, batch_of: Callable) -> dict:
+    """One row: `call(batch)` timed at each of latency.BATCHES over batch_of(queries, batch)."""
+    from xtremedistil_tf.benchmarks.latency import BATCHES
+
+    return {**dict(zip(KEYS, key)),
+            "latency_ms": {f"batch{b}": _ms(call, batch_of(queries, b), repeats) for b in BATCHES}}
+
+
+def _ids_call(fn: Callable, numpy_inputs: bool) -> Callable:
+    """fn(input_ids, attention_mask) over a batch of ids, all pieces real."""
+    if numpy_inputs:
+        return lambda ids: fn(ids, np.ones_like(ids))
+    return lambda ids: fn(tf.constant(ids), tf.ones(ids.shape, tf.int32))
+
+
+def teacher_rows(teacher, ids: np.ndarray, repeats: int, threads: int, workdir: Path) -> List[dict]:
+    """The teacher in TensorFlow and in ONNX Runtime float32 / dynamic int8, ids in."""
+    import onnxruntime
+
+    from xtremedistil_tf.benchmarks.latency import query_batches
+    from xtremedistil_tf.export.formats import quantize_onnx
+    from xtremedistil_tf.export.teacher import teacher_function, teacher_onnx
+
+    function = teacher_function(teacher)
+    rows = [_row(("teacher", "tensorflow", "tf.function", "none", "ids"),
+                 _ids_call(lambda i, m: function(input_ids=i, attention_mask=m), False), ids, repeats, query_batches)]
+    paths = {"none": workdir / "teacher.onnx", "dynamic_int8": workdir / "teacher.int8.onnx"}
+    teacher_onnx(teacher, paths["none"])
+    quantize_onnx(paths["none"], paths["dynamic_int8"])
+    for quantize, path in paths.items():
+        session = onnxruntime.InferenceSession(str(path), _ort_options(threads), providers=["CPUExecutionProvider"])
+        run = _ids_call(lambda i, m, s=session: s.run(None, {"input_ids": i, "attention_mask": m}), True)
+        rows.append(_row(("teacher", "onnxruntime", "onnx", quantize, "ids"), run, ids, repeats, query_batches))
+    return rows
+
+
+def _ort_options(threads: int):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return options
+
+
+def student_rows(trained: tf.keras.Model, name: str, ids: np.ndarray, vocab: List[str], texts: np.ndarray,
+                 repeats: int, threads: int, workdir: Path) -> List[dict]:
+    """One student (a trained Keras BiLSTM student) in every format bin/export writes, ids in and text in."""
+    from xtremedistil_tf.benchmarks.latency import LABELS, query_batches
+    from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
+    from xtremedistil_tf.export.formats import export_portable
+    from xtremedistil_tf.export.serving import export_student
+    from xtremedistil_tf.export.student import StudentMeta, write_student_dir
+
+    root = workdir / name
+    root.mkdir()
+    (root / "vocab.txt").write_text("".join(p + "\n" for p in vocab), encoding="utf-8")
+    student_dir = write_student_dir(trained, root / "student", StudentMeta(LABELS, max_seq_length=ids.shape[1]),
+                                    str(root / "vocab.txt"))
+    rows = []
+    for quantize in ("none",) + (("bfloat16",) if cpu_has_bf16() else ()):
+        target, _ = export_student(student_dir, root / f"saved_model_{quantize}", bfloat16=quantize == "bfloat16")
+        signatures = tf.saved_model.load(str(target)).signatures
+        ids_fn, text_fn = signatures["ids"], signatures["serving_default"]
+        key = (name, "tensorflow", "saved_model", quantize)
+        rows.append(_row(key + ("ids",), _ids_call(lambda i, m, f=ids_fn: f(input_ids=i, attention_mask=m), False),
+                         ids, repeats, query_batches))
+        rows.append(_row(key + ("text",), lambda b, f=text_fn: f(text=tf.constant(b)), texts, repeats, query_batches))
+    shipped = str(Path(__file__).resolve().parent.parent / "export")
+    if shipped not in sys.path:
+        sys.path.insert(0, shipped)
+    import portable  # the shipped predict.py, as a client imports it
+
+    for fmt, quantize in (("onnx", "none"), ("onnx", "dynamic_int8"), ("tflite", "none"), ("tflite", "dynamic_int8")):
+        lengths = (ids.shape[1],) if fmt == "tflite" else ()
+        exported = export_portable(student_dir, root, "ner", fmt, quantize, lengths=lengths)
+        predictor = portable.Predictor(exported.directory, threads=threads)
+        key = (name, "onnxruntime" if fmt == "onnx" else "litert", fmt, quantize)
+        rows.append(_row(key + ("ids",), _ids_call(predictor.run, True), ids, repeats, query_batches))
+        rows.append(_row(key + ("text",), lambda b, p=predictor: p.predict(list(b), batch_size=len(b)), texts,
+                         repeats, query_batches))
+    return rows
+
+
+def with_ratios(rows: List[dict], threads: int) -> List[dict]:
+    """Adds sentences per second per core to every row, and to each student row its speedup over
+    the int8 ONNX teacher (TEACHER_PEER) at the same batch."""
+    peer = next(r for r in rows if tuple(r[k] for k in KEYS) == TEACHER_PEER)
+    for row in rows:
+        row["sentences_per_second_per_core"] = {b: 1000.0 / ms / threads for b, ms in row["latency_ms"].items()}
+        if row["model"] != "teacher":
+            row["speedup_over_int8_onnx_teacher"] = {b: peer["latency_ms"][b] / ms
+                                                     for b, ms in row["latency_ms"].items()}
+    return rows
+
+
+def format_lines(peers: dict, seq_length: int) -> List[str]:
+    """The peers table: one line per row."""
+    threads = peers["threads"]
+    lines = [f"peers: threads {threads} intra-op, 1 inter-op in TensorFlow, ONNX Runtime and LiteRT alike; ids: the "
+             f"run's queries of {seq_length} pieces; text: {seq_length - 2} one-piece words a query; "
+             "sent/s/core = 1000 / ms / threads; x int8 teacher = the int8 ONNX teacher's ms / the row's",
+             f"{'model':<10}{'runtime':<13}{'format':<13}{'quantize':<14}{'input':<7}{'b1 ms':>10}{'b32 ms':>10}"
+             f"{'b1 sent/s/core':>16}{'b32 sent/s/core':>17}{'b1 x int8 teacher':>19}{'b32 x int8 teacher':>20}"]
+    for row in peers["rows"]:
+        ms, rate = row["latency_ms"], row["sentences_per_second_per_core"]
+        ratio = row.get("speedup_over_int8_onnx_teacher")
+        line = (f"{row['model']:<10}{row['runtime']:<13}{row['format']:<13}{row['quantize']:<14}{row['input']:<7}"
+                f"{ms['batch1']:>10.3f}{ms['batch32']:>10.3f}{rate['batch1']:>16.1f}{rate['batch32']:>17.1f}")
+        if ratio:
+            line += f"{ratio['batch1']:>18.2f}x{ratio['batch32']:>19.2f}x"
+        lines.append(line)
+    return lines

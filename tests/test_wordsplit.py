@@ -122,3 +122,18 @@ def test_msra_is_not_changed_by_the_split():
     sentences = read_char_bmes(path)
     assert divided_tokens(sentences)[0] == 0
     assert resplit(sentences, "BMES") == sentences
+
+
+def test_a_work_dir_made_before_the_split_is_refused_with_the_flag_that_reads_it(tmp_path):
+    """A data step made before --word_split (its fingerprint lacks the key) is refused by the default split, naming
+    --word_split=none, and reused by it."""
+    from xtremedistil_tf.errors import ConfigError
+    from xtremedistil_tf.workdir import WorkDir
+
+    old = DataConfig(data_dir="d", word_split="none").to_dict()
+    work = WorkDir(tmp_path)
+    work.run_step("data", {"data": old}, lambda tmp: None)
+    assert work.is_done("data", {"data": DataConfig(data_dir="d", word_split="none").to_dict()})
+    with pytest.raises(ConfigError, match=r"data\.word_split: None in the work dir, 'bert' now.*"
+                                          r"--word_split=none keeps the data's own tokens"):
+        work.is_done("data", {"data": DataConfig(data_dir="d").to_dict()})

@@ -238,9 +238,12 @@ class WorkDir:
         diffs = changed + _differences({k: v for k, v in old.items() if k != INPUTS},
                                        json.loads(json.dumps(legacy, default=str)))
         what = "was made from other input files" if changed else "was made by another configuration"
+        # A work dir made before --word_split read the data's own tokens: --word_split=none reads them again.
+        split = ("; --word_split=none keeps the data's own tokens, as it was made" if any(
+            d.startswith("data.word_split: None") for d in diffs) else "")
         raise ConfigError(
             f"{self.path(name)} {what} ({'; '.join(diffs[:6]) or 'unknown'}); "
-            "use a new --work_dir, or pass --overwrite to replace it and every later step")
+            f"use a new --work_dir, or pass --overwrite to replace it and every later step{split}")
 
     def run_step(self, name: str, fingerprint: dict, build: Callable[[Path], Optional[dict]],
                  stamps: Optional[dict] = None) -> Path:

@@ -82,3 +82,22 @@ def test_served_spans_equal_the_spans_evaluate_scores(trained, tiny_tokenizer):
     assert on_student["spans"]["all"] == on_export["all"]
     assert on_student["all"]["f1"] == pytest.approx(on_export["all"]["f1"])
     assert on_export["all"]["f1"] > 0.6, on_export["all"]   # it learned the task: the comparison is not vacuous
+
+
+def test_examples_show_right_ones_with_most_entities_and_one_wrong():
+    """bin/evaluate --examples: right sentences with three or more entities first (shortest text first), then the
+    first sentence with an entity served wrong, gold beside served."""
+    from xtremedistil_tf.cli.evaluate import format_examples
+
+    sentences = [Sentence(["Kim", "met", "Lee"], ["B-PER", "O", "B-PER"]),
+                 Sentence(["Ann", "Bo", "Cy", "and", "Di"], ["B-PER", "B-PER", "B-PER", "O", "B-PER"]),
+                 Sentence(["Ann", "Bo", "Cy"], ["B-PER", "B-PER", "B-PER"]),
+                 Sentence(["no", "one"], ["O", "O"]),
+                 Sentence(["Paris", "!"], ["B-LOC", "O"])]
+    served = [{(0, 3, "PER"), (8, 11, "PER")}, {(0, 3, "PER"), (4, 6, "PER"), (7, 9, "PER"), (14, 16, "PER")},
+              {(0, 3, "PER"), (4, 6, "PER"), (7, 9, "PER")}, set(), {(0, 5, "PER")}]
+    text = format_examples(sentences, served, "IOB2", 2)
+    lines = text.splitlines()
+    assert lines[0] == "2 test sentences served right (of 3 with every entity right) and one served wrong:"
+    assert lines[1] == "  right: Ann Bo Cy" and lines[4] == "  right: Ann Bo Cy and Di"
+    assert lines[7:] == ["  WRONG: Paris !", "    gold:   Paris [LOC]", "    served: Paris [PER]"]

@@ -257,18 +257,20 @@ def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, por
 
 
 def format_examples(sentences: Sequence[Sentence], served: Sequence[set], scheme: str, count: int) -> str:
-    """`count` sentences whose served entities equal the gold ones (most entities first, then in order) and the
-    first with an entity served wrong, each as its raw text with the gold and the served entities."""
+    """`count` sentences whose served entities equal the gold ones (those with three or more entities first, then
+    two, then one, the shortest texts first: what reads as an example) and the first with an entity served wrong,
+    each as its raw text with the gold and the served entities."""
     from xtremedistil_tf.evaluate import char_spans
 
     gold = [char_spans(s, s.tags, scheme) for s in sentences]
-    right = sorted((i for i, (g, p) in enumerate(zip(gold, served)) if g and g == p), key=lambda i: -len(gold[i]))
+    right = sorted((i for i, (g, p) in enumerate(zip(gold, served)) if g and g == p),
+                   key=lambda i: (-min(len(gold[i]), 3), len(sentences[i].raw_text), i))
     wrong = next((i for i, (g, p) in enumerate(zip(gold, served)) if g and g != p), None)
 
     def entities(text: str, spans) -> str:
         return ", ".join(f"{text[a:b]} [{kind}]" for a, b, kind in sorted(spans)) or "(none)"
 
-    lines = [f"{len(right[:count])} test sentences served right (of {sum(map(bool, right))} with every entity right)"
+    lines = [f"{len(right[:count])} test sentences served right (of {len(right)} with every entity right)"
              + (" and one served wrong" if wrong is not None else "") + ":"]
     for i in right[:count] + ([wrong] if wrong is not None else []):
         text = sentences[i].raw_text

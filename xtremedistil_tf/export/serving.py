@@ -319,41 +319,52 @@ class NerServing(tf.Module):
         tag_ids, tag_probs, probs = self.decode_windows(input_ids, attention_mask)
         return {"tag_ids": tag_ids, "tag_probs": tag_probs, "probs": probs}
 
-    def _words(self, text):
-        """Flat words of valid UTF-8 texts: (row [W], position in its text [W], tag [W], prob [W],
-        start/end byte [W])."""
-        pieces, start, end = self.tokenizer.tokenize(text)   # [B, (W), (P)]
+    # The stages of `serve`, in order (bin/benchmark served_text times each on its own).
+    def _tokens(self, text):
+        """Texts [B] -> valid UTF-8 texts [B], the pieces of their words [B, (W), (P)] int32, and the words'
+        start/end bytes [B, (W)] int64."""
+        text = valid_utf8(text)
+        return (text,) + tuple(self.tokenizer.tokenize(text))
+
+    def _windows(self, pieces):
+        """windows_of the pieces [B, (W), (P)] of `_tokens`: (input_ids, attention_mask, lengths, the flat index
+        of each word's first piece [W])."""
         input_ids, attention_mask, lengths = windows_of(pieces.merge_dims(1, 2), self._budget, self._cls, self._sep,
                                                         self._pad)
-        tag_ids, tag_probs, all_probs = self.decode_windows(input_ids, attention_mask)
-        # Drop CLS/SEP/padding; windows keep the pieces' order, so flat values line up with `pieces`.
+        # A word's label sits at its first piece (alignment.py).
+        return input_ids, attention_mask, lengths, pieces.values.row_splits[:-1]
+
+    def _word_tags(self, outputs, windows, start):
+        """The word tags [W] int32 and their scores [W] float32, from the served model's `outputs` on the
+        `_windows` of the words with start bytes `start` [B, (W)]. Softmax students: the WordDecoder on the probs
+        at the words' first pieces (the tag scheme's best valid sequence, or argmax); CRF students: the piece
+        Viterbi's tag at the first piece."""
+        _, attention_mask, lengths, first_piece = windows
+        tag_ids, tag_probs, all_probs = self._decode(outputs, attention_mask)
+        # Drop CLS/SEP/padding; windows keep the pieces' order, so flat values line up with the pieces.
         tags = tf.RaggedTensor.from_tensor(tag_ids[:, 1:], lengths=lengths).flat_values
         probs = tf.RaggedTensor.from_tensor(tag_probs[:, 1:], lengths=lengths).flat_values
-        # A word's label sits at its first piece (alignment.py).
-        first_piece = pieces.values.row_splits[:-1]
-        rows = start.value_rowids()
-        position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(start.row_splits, rows)
         tags, probs = tf.gather(tags, first_piece), tf.gather(probs, first_piece)
         if self.word_decoder is not None:
             all_probs = tf.RaggedTensor.from_tensor(all_probs[:, 1:], lengths=lengths).flat_values
-            tags, probs = self._decode_words(tf.gather(all_probs, first_piece), rows, start.nrows())
-        return rows, position, tags, probs, start.flat_values, end.flat_values
+            tags, probs = self._decode_words(tf.gather(all_probs, first_piece), start.value_rowids(), start.nrows())
+        return tags, probs
 
     def _decode_words(self, word_probs, word_rows, nrows):
-        """Softmax students: flat word labels [W] and their scores [W] from the probs [W, N] at the words'
-        first pieces, decoded per text by the WordDecoder (the tag scheme's best valid sequence, or argmax)."""
+        """Softmax students: flat word labels [W] and their scores [W] from the probs [W, N] at the words' first
+        pieces, decoded per text by the WordDecoder (the tag scheme's best valid sequence, or argmax)."""
         per_text = tf.RaggedTensor.from_value_rowids(word_probs, word_rows, nrows=nrows)
         lengths = per_text.row_lengths()
         labels, scores = self.word_decoder(per_text.to_tensor(), lengths)
         return (tf.RaggedTensor.from_tensor(labels, lengths=lengths).flat_values,
                 tf.RaggedTensor.from_tensor(scores, lengths=lengths).flat_values)
 
-    @tf.function(input_signature=[TEXT_SPEC])
-    def serve(self, text):
-        """The `serving_default` signature: text [B] UTF-8 -> word tags and entities, padded (docs/serving.md)."""
-        text = valid_utf8(text)
+    def _entities(self, text, start, end, tags, probs):
+        """The signature's outputs from valid UTF-8 texts [B], their words' start/end bytes [B, (W)] and the words'
+        tags and scores [W]."""
         nrows = tf.shape(text, out_type=tf.int64)[0]
-        rows, position, tags, probs, start_byte, end_byte = self._words(text)
+        rows, start_byte, end_byte = start.value_rowids(), start.flat_values, end.flat_values
+        position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(start.row_splits, rows)
         prefix, type_id = tf.gather(self._prefixes, tags), tf.gather(self._type_ids, tags)
         first, last, span_of_word, in_entity = decode_spans(prefix, type_id, rows, position)
         span_rows = tf.gather(rows, first)
@@ -376,6 +387,14 @@ class NerServing(tf.Module):
             "entity_text": _dense(entity_text, span_rows, nrows, ""),
             "entity_confidence": _dense(confidence, span_rows, nrows, 0.0),
         }
+
+    @tf.function(input_signature=[TEXT_SPEC])
+    def serve(self, text):
+        """The `serving_default` signature: text [B] UTF-8 -> word tags and entities, padded (docs/serving.md)."""
+        text, pieces, start, end = self._tokens(text)
+        windows = self._windows(pieces)
+        tags, probs = self._word_tags(self._student_outputs(*windows[:2]), windows, start)
+        return self._entities(text, start, end, tags, probs)
 
 
 def exported_decode(saved_model_dir) -> str:

@@ -19,7 +19,8 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import entity_scores
 from xtremedistil_tf.crf.decoding import WordDecoder
 from xtremedistil_tf.export.predictor import load_serving_fn, predict
-from xtremedistil_tf.export.serving import NerServing, decode_spans, export_student, tag_tables
+from xtremedistil_tf.export.serving import (NerServing, decode_spans, dense_index, export_student, padded, tag_tables,
+                                            windows_of)
 from xtremedistil_tf.export.student import StudentMeta, read_vocab, write_student_dir
 from xtremedistil_tf.students.models import build_bilstm_student, build_transformer_student
 from xtremedistil_tf.training.student_run import evaluate_student
@@ -218,6 +219,33 @@ def test_graph_span_decoding_matches_tags_to_spans(scheme):
     expected = [(i, etype, s, e) for i, text in enumerate(texts)
                 for etype, s, e in tags_to_spans([labels[t] for t in text], scheme)]
     assert got == expected
+
+
+@pytest.mark.parametrize("budget", [None, 1, 2, 3, 100])
+def test_windows_wrap_each_texts_pieces_and_say_where_they_are(budget):
+    """windows_of: [CLS] + up to `budget` consecutive pieces + [SEP] per window, [PAD] after, an empty text one
+    window; `at` finds every piece where it went, in order."""
+    texts = [[5, 6, 7, 8, 9], [], [10], [11, 12, 13, 14, 15, 16, 17]]
+    input_ids, attention_mask, lengths, at = windows_of(tf.ragged.constant(texts, tf.int32), budget, 2, 3, 0)
+    size = budget or 100
+    expected = [[2] + text[i:i + size] + [3] for text in texts for i in range(0, max(len(text), 1), size)]
+    width = max(len(w) for w in expected)
+    assert input_ids.numpy().tolist() == [w + [0] * (width - len(w)) for w in expected]
+    assert attention_mask.numpy().tolist() == [[1] * len(w) + [0] * (width - len(w)) for w in expected]
+    assert lengths.numpy().tolist() == [len(w) - 2 for w in expected]
+    assert input_ids.numpy()[tuple(at.numpy().T)].tolist() == [p for text in texts for p in text]
+
+
+def test_padded_outputs_put_each_value_at_its_text_and_position():
+    """dense_index/padded: flat per-text values to [texts, most per text], the default elsewhere (texts without
+    values included)."""
+    rows, position, counts = np.array([1, 1, 1, 3]), np.array([0, 1, 2, 0]), np.array([0, 3, 0, 1], np.int32)
+    index = dense_index(rows, position, counts)
+    assert padded(tf.constant(["a", "b", "c", "d"]), index, "").numpy().tolist() == [
+        [b"", b"", b""], [b"a", b"b", b"c"], [b"", b"", b""], [b"d", b"", b""]]
+    assert padded(tf.constant([4, 5, 6, 7]), index, -1).numpy().tolist() == [[-1] * 3, [4, 5, 6], [-1] * 3, [7, -1, -1]]
+    empty = dense_index(np.zeros([0], np.int64), np.zeros([0], np.int64), np.array([0, 0], np.int32))
+    assert padded(tf.zeros([0]), empty, 0.0).shape == (2, 0)
 
 
 @pytest.mark.parametrize("xla_lengths", [(), (8,)])

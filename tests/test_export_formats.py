@@ -269,7 +269,7 @@ def test_bfloat16_saved_model_computes_in_bfloat16_and_agrees_within_the_allowed
         assert ({k: t.dtype for k, t in loaded.signatures[name].structured_outputs.items()}
                 == {k: t.dtype for k, t in float32_outputs.structured_outputs.items()})
     pieces = serving.tokenizer.tokenize(tf.constant(SHORT_TEXTS))[0].merge_dims(1, 2)   # [B, (W), (P)] -> [B, (P)]
-    input_ids, attention_mask, _ = windows_of(pieces, None, *(serving.vocab.index(p) for p in ("[CLS]", "[SEP]", "[PAD]")))
+    input_ids, attention_mask, _, _ = windows_of(pieces, None, *(serving.vocab.index(p) for p in ("[CLS]", "[SEP]", "[PAD]")))
     reference = serving.ids(input_ids, attention_mask)
     got = loaded.signatures["ids"](input_ids=input_ids, attention_mask=attention_mask)
     real = attention_mask.numpy() == 1

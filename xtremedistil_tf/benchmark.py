@@ -13,6 +13,7 @@ from xtremedistil_tf.benchmarks import formats as formats_benchmarks
 from xtremedistil_tf.benchmarks import latency as latency_benchmarks
 from xtremedistil_tf.benchmarks import memory as memory_benchmarks
 from xtremedistil_tf.benchmarks import precision as precision_benchmarks
+from xtremedistil_tf.benchmarks import served_text as served_text_benchmarks
 from xtremedistil_tf.benchmarks import teacher as teacher_benchmarks
 
 BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
@@ -22,5 +23,6 @@ BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
     "latency": latency_benchmarks.run,
     "memory": memory_benchmarks.run,
     "precision": precision_benchmarks.run,
+    "served_text": served_text_benchmarks.run,
     "teacher": teacher_benchmarks.run,
 }

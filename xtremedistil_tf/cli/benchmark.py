@@ -9,6 +9,8 @@
                           students in every exported format, ids and text; speedups over the int8 ONNX teacher)
     bin/benchmark memory [--memory_sizes=10000,100000 --memory_steps=300]   (peak RSS of student training vs transfer-set size)
     bin/benchmark precision [--repeats=20]   (a training step under float32 / mixed_bfloat16 / mixed_float16)
+    bin/benchmark served_text [--students=50x200 --student_vocab_size=30522 --queries=200 --repeats=3]
+        (where the batch-1 time of the SavedModel's text-in signature goes, stage by stage)
     bin/benchmark teacher --data_format=wikiann --data_dir=DIR --langs=en --teacher=minilm [bin/train's flags]
         (the pipeline's teacher beside a plain reference Keras loop: dev/test F1 and training time)
 """
@@ -75,6 +77,7 @@ SUBCOMMANDS = (
     ("latency", "teacher and student inference latency at batch 1 and 32 (the paper's speedups)"),
     ("memory", "peak RSS of student training against the transfer-set size"),
     ("precision", "one training step under float32, mixed_bfloat16 and mixed_float16"),
+    ("served_text", "the SavedModel's text-in signature at batch 1, stage by stage (tokens, windows, student, tags, spans)"),
     ("teacher", "the pipeline's teacher beside a plain reference Keras loop: dev/test F1 and training time"),
 )
 

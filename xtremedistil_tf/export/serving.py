@@ -72,24 +72,32 @@ def windows_of(pieces: tf.RaggedTensor, budget, cls_id: int, sep_id: int, pad_id
     (None: one window per text), each wrapped in [CLS] ... [SEP]; an empty text gets one window.
 
     Returns (input_ids [C, L] int32, attention_mask [C, L] int32, lengths [C] int64: pieces per
-    window without CLS/SEP). Windows list the pieces in their original order.
+    window without CLS/SEP, at [P, 2] int64: the (window, column) of each piece in input_ids).
+    Windows list the pieces in their original order.
     """
     rows = pieces.value_rowids()
+    position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(pieces.row_splits, rows)
     if budget is None:
-        window_of_piece, num_windows = rows, pieces.nrows()
+        window_of_piece, column, num_windows = rows, position, pieces.nrows()
     else:
         per_text = tf.maximum(tf.math.floordiv(pieces.row_lengths() + budget - 1, budget), 1)
         first_window = tf.cumsum(per_text, exclusive=True)
-        position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(pieces.row_splits, rows)
         window_of_piece = tf.gather(first_window, rows) + position // budget
-        num_windows = tf.reduce_sum(per_text)
-    windows = tf.RaggedTensor.from_value_rowids(pieces.flat_values, window_of_piece, nrows=num_windows)
-    lengths = windows.row_lengths()
-    marker = lambda piece: tf.RaggedTensor.from_tensor(tf.fill([num_windows, 1], tf.constant(piece, tf.int32)))
-    wrapped = tf.concat([marker(cls_id), windows, marker(sep_id)], axis=1)
-    input_ids = wrapped.to_tensor(default_value=pad_id)
-    attention_mask = tf.sequence_mask(wrapped.row_lengths(), tf.shape(input_ids)[1], dtype=tf.int32)
-    return input_ids, attention_mask, lengths
+        column, num_windows = position % budget, tf.reduce_sum(per_text)
+    lengths = tf.math.unsorted_segment_sum(tf.ones_like(window_of_piece), window_of_piece, num_windows)
+    # One scatter of pieces and markers into a [PAD] tensor: at batch 1 each op's dispatch counts,
+    # and a ragged concat and to_tensor take dozens.
+    width = _max(lengths + 2)
+    at = tf.stack([window_of_piece, column + 1], axis=1)
+    windows = tf.range(num_windows)
+    markers = tf.concat([tf.stack([windows, tf.zeros_like(windows)], axis=1), tf.stack([windows, lengths + 1], axis=1)],
+                        axis=0)
+    ids = tf.concat([pieces.flat_values, tf.fill([num_windows], tf.constant(cls_id, tf.int32)),
+                     tf.fill([num_windows], tf.constant(sep_id, tf.int32))], axis=0)
+    input_ids = tf.tensor_scatter_nd_update(tf.fill(tf.stack([num_windows, width]), tf.constant(pad_id, tf.int32)),
+                                            tf.concat([at, markers], axis=0), ids)
+    attention_mask = tf.sequence_mask(lengths + 2, width, dtype=tf.int32)
+    return input_ids, attention_mask, lengths, at
 
 
 def byte_to_char(text, rows, offsets):
@@ -136,9 +144,28 @@ def decode_spans(prefix, type_id, word_row, word_position):
     return first, last, span_of_word, in_entity
 
 
-def _dense(values, rows, nrows, default):
-    """Flat per-text values [K] with sorted rows [K] -> [nrows, max per row] padded with `default`."""
-    return tf.RaggedTensor.from_value_rowids(values, tf.cast(rows, tf.int64), nrows=nrows).to_tensor(default)
+def _max(counts):
+    """max(counts) int64, 0 when there are none."""
+    return tf.reduce_max(tf.concat([tf.zeros([1], tf.int64), tf.cast(counts, tf.int64)], axis=0))
+
+
+def _positions(rows, counts):
+    """[K] int64: the position of each flat value in its text, from its sorted text `rows` [K] and `counts` [B]
+    int64 per text."""
+    return tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(tf.cumsum(counts, exclusive=True), rows)
+
+
+def dense_index(rows, position, counts):
+    """[len(counts), max(counts)] int64: where flat per-text values [K] (text `rows` [K], `position` [K]
+    in it; `counts` [B] per text) go when padded to dense, K at the padding (see `padded`)."""
+    size = tf.size(rows, out_type=tf.int64)
+    return tf.tensor_scatter_nd_update(tf.fill(tf.stack([tf.size(counts, out_type=tf.int64), _max(counts)]), size),
+                                       tf.stack([tf.cast(rows, tf.int64), position], axis=1), tf.range(size))
+
+
+def padded(values, index, default):
+    """Flat values [K] padded to dense along `dense_index`'s index, `default` at the padding."""
+    return tf.gather(tf.concat([values, tf.fill([1], tf.constant(default, values.dtype))], axis=0), index)
 
 
 class _Untracked:
@@ -319,41 +346,44 @@ class NerServing(tf.Module):
         tag_ids, tag_probs, probs = self.decode_windows(input_ids, attention_mask)
         return {"tag_ids": tag_ids, "tag_probs": tag_probs, "probs": probs}
 
-    def _words(self, text):
-        """Flat words of valid UTF-8 texts: (row [W], position in its text [W], tag [W], prob [W],
-        start/end byte [W])."""
-        pieces, start, end = self.tokenizer.tokenize(text)   # [B, (W), (P)]
-        input_ids, attention_mask, lengths = windows_of(pieces.merge_dims(1, 2), self._budget, self._cls, self._sep,
-                                                        self._pad)
-        tag_ids, tag_probs, all_probs = self.decode_windows(input_ids, attention_mask)
-        # Drop CLS/SEP/padding; windows keep the pieces' order, so flat values line up with `pieces`.
-        tags = tf.RaggedTensor.from_tensor(tag_ids[:, 1:], lengths=lengths).flat_values
-        probs = tf.RaggedTensor.from_tensor(tag_probs[:, 1:], lengths=lengths).flat_values
-        # A word's label sits at its first piece (alignment.py).
-        first_piece = pieces.values.row_splits[:-1]
-        rows = start.value_rowids()
-        position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(start.row_splits, rows)
-        tags, probs = tf.gather(tags, first_piece), tf.gather(probs, first_piece)
-        if self.word_decoder is not None:
-            all_probs = tf.RaggedTensor.from_tensor(all_probs[:, 1:], lengths=lengths).flat_values
-            tags, probs = self._decode_words(tf.gather(all_probs, first_piece), rows, start.nrows())
-        return rows, position, tags, probs, start.flat_values, end.flat_values
-
-    def _decode_words(self, word_probs, word_rows, nrows):
-        """Softmax students: flat word labels [W] and their scores [W] from the probs [W, N] at the words'
-        first pieces, decoded per text by the WordDecoder (the tag scheme's best valid sequence, or argmax)."""
-        per_text = tf.RaggedTensor.from_value_rowids(word_probs, word_rows, nrows=nrows)
-        lengths = per_text.row_lengths()
-        labels, scores = self.word_decoder(per_text.to_tensor(), lengths)
-        return (tf.RaggedTensor.from_tensor(labels, lengths=lengths).flat_values,
-                tf.RaggedTensor.from_tensor(scores, lengths=lengths).flat_values)
-
-    @tf.function(input_signature=[TEXT_SPEC])
-    def serve(self, text):
-        """The `serving_default` signature: text [B] UTF-8 -> word tags and entities, padded (docs/serving.md)."""
+    # The stages of `serve`, in order (bin/benchmark served_text times each on its own).
+    def _tokens(self, text):
+        """Texts [B] -> valid UTF-8 texts [B], the pieces of their words [B, (W), (P)] int32, and the words'
+        start/end bytes [B, (W)] int64."""
         text = valid_utf8(text)
-        nrows = tf.shape(text, out_type=tf.int64)[0]
-        rows, position, tags, probs, start_byte, end_byte = self._words(text)
+        return (text,) + tuple(self.tokenizer.tokenize(text))
+
+    def _windows(self, pieces):
+        """windows_of the pieces [B, (W), (P)] of `_tokens`: (input_ids, attention_mask, the (window, column) of
+        each word's first piece [W, 2])."""
+        input_ids, attention_mask, _, at = windows_of(pieces.merge_dims(1, 2), self._budget, self._cls, self._sep,
+                                                      self._pad)
+        # A word's label sits at its first piece (alignment.py).
+        return input_ids, attention_mask, tf.gather(at, pieces.values.row_splits[:-1])
+
+    def _word_tags(self, outputs, windows, start):
+        """The word tags [W] int32 and their scores [W] float32, from the served model's `outputs` on the
+        `_windows` of the words with start bytes `start` [B, (W)]. Softmax students: the WordDecoder on the probs
+        at the words' first pieces (the tag scheme's best valid sequence, or argmax); CRF students: the piece
+        Viterbi's tag at the first piece."""
+        _, attention_mask, at_first = windows
+        word_rows, num_words = start.value_rowids(), start.row_lengths()
+        if self.word_decoder is None:
+            tag_ids, tag_probs, _ = self._decode(outputs, attention_mask)
+            return tf.gather_nd(tag_ids, at_first), tf.gather_nd(tag_probs, at_first)
+        word_probs = tf.gather_nd(tf.cast(outputs["probs"], tf.float32), at_first)
+        # Per text, padded with zeros to [B, max(num_words), N].
+        at = tf.stack([word_rows, _positions(word_rows, num_words)], axis=1)
+        shape = tf.stack([tf.size(num_words, out_type=tf.int64), _max(num_words),
+                          tf.shape(word_probs, out_type=tf.int64)[1]])
+        labels, scores = self.word_decoder(tf.scatter_nd(at, word_probs, shape), num_words)
+        return tf.gather_nd(labels, at), tf.gather_nd(scores, at)
+
+    def _entities(self, text, start, end, tags, probs):
+        """The signature's outputs from valid UTF-8 texts [B], their words' start/end bytes [B, (W)] and the words'
+        tags and scores [W]."""
+        rows, num_words, start_byte, end_byte = start.value_rowids(), start.row_lengths(), start.values, end.values
+        position = _positions(rows, num_words)
         prefix, type_id = tf.gather(self._prefixes, tags), tf.gather(self._type_ids, tags)
         first, last, span_of_word, in_entity = decode_spans(prefix, type_id, rows, position)
         span_rows = tf.gather(rows, first)
@@ -362,20 +392,33 @@ class NerServing(tf.Module):
                                                    tf.boolean_mask(span_of_word, in_entity), tf.size(first))
         entity_text = tf.strings.substr(tf.gather(text, span_rows), span_start_byte,
                                         span_end_byte - span_start_byte, unit="BYTE")
-        count = lambda r: tf.math.bincount(tf.cast(r, tf.int32), minlength=tf.cast(nrows, tf.int32),
-                                           maxlength=tf.cast(nrows, tf.int32))
+        # Word starts and ends in characters, in one pass; a span starts at its first word and ends at its last.
+        chars = byte_to_char(text, tf.concat([rows, rows], axis=0), tf.concat([start_byte, end_byte], axis=0))
+        word_start, word_end = chars[:tf.size(rows)], chars[tf.size(rows):]
+        nrows = tf.shape(text)[0]
+        num_entities = tf.math.bincount(tf.cast(span_rows, tf.int32), minlength=nrows, maxlength=nrows)
+        words = dense_index(rows, position, num_words)
+        spans = dense_index(span_rows, _positions(span_rows, tf.cast(num_entities, tf.int64)), num_entities)
         return {
-            "num_words": count(rows),
-            "word_tags": _dense(tf.gather(self._word_labels, tags), rows, nrows, ""),
-            "word_start": _dense(byte_to_char(text, rows, start_byte), rows, nrows, -1),
-            "word_end": _dense(byte_to_char(text, rows, end_byte), rows, nrows, -1),
-            "num_entities": count(span_rows),
-            "entity_start": _dense(byte_to_char(text, span_rows, span_start_byte), span_rows, nrows, -1),
-            "entity_end": _dense(byte_to_char(text, span_rows, span_end_byte), span_rows, nrows, -1),
-            "entity_type": _dense(tf.gather(self._types, tf.gather(type_id, first)), span_rows, nrows, ""),
-            "entity_text": _dense(entity_text, span_rows, nrows, ""),
-            "entity_confidence": _dense(confidence, span_rows, nrows, 0.0),
+            "num_words": tf.cast(num_words, tf.int32),
+            "word_tags": padded(tf.gather(self._word_labels, tags), words, ""),
+            "word_start": padded(word_start, words, -1),
+            "word_end": padded(word_end, words, -1),
+            "num_entities": num_entities,
+            "entity_start": padded(tf.gather(word_start, first), spans, -1),
+            "entity_end": padded(tf.gather(word_end, last), spans, -1),
+            "entity_type": padded(tf.gather(self._types, tf.gather(type_id, first)), spans, ""),
+            "entity_text": padded(entity_text, spans, ""),
+            "entity_confidence": padded(confidence, spans, 0.0),
         }
+
+    @tf.function(input_signature=[TEXT_SPEC])
+    def serve(self, text):
+        """The `serving_default` signature: text [B] UTF-8 -> word tags and entities, padded (docs/serving.md)."""
+        text, pieces, start, end = self._tokens(text)
+        windows = self._windows(pieces)
+        tags, probs = self._word_tags(self._student_outputs(*windows[:2]), windows, start)
+        return self._entities(text, start, end, tags, probs)
 
 
 def exported_decode(saved_model_dir) -> str:

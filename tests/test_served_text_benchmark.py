@@ -1,0 +1,42 @@
+"""bin/benchmark served_text on a tiny student: the stages it times are `serve`, and every row is printed.
+
+No timing assertions: the machine is shared.
+"""
+import numpy as np
+import tensorflow as tf
+
+from xtremedistil_tf.benchmarks import latency, served_text
+from xtremedistil_tf.data.alignment import TagVocab
+from xtremedistil_tf.export.serving import NerServing
+from xtremedistil_tf.export.student import StudentMeta
+from xtremedistil_tf.students.models import build_bilstm_student
+
+
+def test_stages_chained_give_the_signature_outputs():
+    """The stages the benchmark times one by one, each on the one before's outputs, give what `serve` gives."""
+    vocab, texts = latency.word_texts(40, 3, 8)
+    student = build_bilstm_student(len(vocab), len(TagVocab(latency.LABELS)), 4, 3, 8)
+    module = NerServing(student, StudentMeta(labels=latency.LABELS), vocab)
+    batch = tf.constant(list(texts) + ["", "w1 \xe9 w2"])
+    text, pieces, start, end = module._tokens(batch)
+    windows = module._windows(pieces)
+    tags, probs = module._word_tags(module._student_outputs(*windows[:2]), windows, start)
+    chained, served = module._entities(text, start, end, tags, probs), module.serve(batch)
+    assert chained.keys() == served.keys()
+    for name in served:
+        np.testing.assert_array_equal(chained[name].numpy(), served[name].numpy(), err_msg=name)
+    assert served["num_words"].numpy().tolist() == [6, 6, 6, 0, 3]
+
+
+def test_every_row_is_printed():
+    result = served_text.measure(4, 3, 40, queries=2, seq_length=6, repeats=1)
+    assert set(result["ms"]) == {*served_text.STAGES, *served_text.PARTS, "call", "serve", "serving_default",
+                                 "student graph"}
+    assert all(ms > 0 for ms in result["ms"].values())
+    lines = served_text.format_lines(result)
+    rows = [line.split("|")[1].strip() for line in lines if line.startswith("| ")]
+    assert rows[1:] == ["tokens", "- valid_utf8", "- words", "- pieces", "windows", "student", "word tags",
+                        "entities", "sum of the stages", "empty tf.function call (in each stage's time)",
+                        "serve (the method, in process)", "serving_default (reloaded SavedModel)",
+                        "student graph on ids (keras+xla)"]
+    assert lines[-1].startswith("serving_default / student graph: ")

@@ -1,0 +1,125 @@
+"""`bin/benchmark served_text`: where the batch-1 time of the SavedModel's `serving_default` (text in,
+entities out) goes (issue 33 item 2).
+
+A BiLSTM student of `--students` (the first ExH pair; untrained: the time does not depend on the
+weights) over a vocabulary of `--student_vocab_size` one-piece words (latency.word_texts), served as
+bin/export serves it (export.serving.NerServing). Texts are `--seq_length` - 2 such words, so each is a
+query of `--seq_length` pieces. Each stage of `serve` runs on its own as a `tf.function` on the outputs
+of the stage before (median ms per call at batch 1 over `--queries` texts, `--repeats` passes):
+
+- tokens: valid UTF-8, the word split and the WordPieces (export.words.WordPieces), with its parts
+  (valid_utf8, WordPieces.words, WordPieces.pieces) timed on their own as well;
+- windows: the windows of pieces with [CLS]/[SEP] (serving.windows_of) and where each word's first piece is;
+- student: the served model on the windows;
+- word tags: the word decoder (crf/decoding.py) on the probabilities at the words' first pieces;
+- entities: span decoding, character offsets and the padded outputs.
+
+Beside them: the whole `serving_default` signature reloaded from disk, the student graph alone on ids
+(the `keras+xla` row of `bin/benchmark latency`) and an empty `tf.function` call (each stage's time
+includes one call's overhead, which the whole signature pays once).
+"""
+from __future__ import annotations
+
+import itertools
+import tempfile
+from typing import Callable, List, Sequence
+
+import tensorflow as tf
+
+from xtremedistil_tf.benchmarks import latency
+from xtremedistil_tf.benchmarks.timing import median_ms
+from xtremedistil_tf.data.alignment import TagVocab
+from xtremedistil_tf.export.serving import NerServing, valid_utf8
+from xtremedistil_tf.export.student import StudentMeta, served_model
+from xtremedistil_tf.students.models import build_bilstm_student
+
+FLAGS = latency.FLAGS
+DEFAULT_VOCAB = 30522   # a BERT-base-sized vocabulary when --student_vocab_size is 0
+
+
+def _median(fn: Callable, inputs: Sequence[tuple], repeats: int) -> float:
+    """Median ms of fn(*args) over `repeats` passes over `inputs`, after one untimed pass (tracing)."""
+    for args in inputs:
+        fn(*args)
+    cycle = itertools.cycle(inputs)
+    return median_ms(lambda: fn(*next(cycle)), repeats * len(inputs), warmup=0)
+
+
+def stage_ms(module: NerServing, texts: Sequence[str], repeats: int) -> dict:
+    """{stage: median ms per call at batch 1} of `module.serve`'s stages (module docstring), each on the
+    outputs of the stage before, with "serve" (the method itself, in process) and "call" (an empty tf.function)."""
+    function = lambda f: tf.function(f, reduce_retracing=True)
+    stages = {"tokens": function(module._tokens), "windows": function(module._windows),
+              "student": function(module._student_outputs), "word tags": function(module._word_tags),
+              "entities": function(module._entities)}
+    parts = {"valid_utf8": function(valid_utf8), "words": function(module.tokenizer.words),
+             "pieces": function(module.tokenizer.pieces), "call": function(tf.identity)}
+    inputs = {name: [] for name in list(stages) + list(parts)}
+    for text in texts:
+        batch = tf.constant([text])
+        inputs["call"].append((batch,))
+        inputs["valid_utf8"].append((batch,))
+        inputs["tokens"].append((batch,))
+        valid, pieces, start, end = stages["tokens"](batch)
+        inputs["words"].append((valid,))
+        inputs["pieces"].append((parts["words"](valid)[0].flat_values,))
+        inputs["windows"].append((pieces,))
+        windows = stages["windows"](pieces)
+        inputs["student"].append(windows[:2])
+        inputs["word tags"].append((stages["student"](*windows[:2]), windows, start))
+        tags, probs = stages["word tags"](*inputs["word tags"][-1])
+        inputs["entities"].append((valid, start, end, tags, probs))
+    result = {name: _median(fn, inputs[name], repeats) for name, fn in {**stages, **parts}.items()}
+    result["serve"] = _median(module.serve, inputs["call"], repeats)
+    return result
+
+
+def measure(embedding_dim: int, hidden: int, vocab_size: int, queries: int, seq_length: int, repeats: int) -> dict:
+    vocab, texts = latency.word_texts(vocab_size, queries, seq_length)
+    student = build_bilstm_student(len(vocab), len(TagVocab(latency.LABELS)), embedding_dim, hidden)
+    module = NerServing(student, StudentMeta(labels=latency.LABELS), vocab)
+    result = {"student": f"{embedding_dim}x{hidden}", "vocab_size": len(vocab), "seq_length": seq_length,
+              "queries": queries, "repeats": repeats, "machine": latency.machine(),
+              "ms": stage_ms(module, list(texts), repeats)}
+    with tempfile.TemporaryDirectory() as tmp:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve.get_concrete_function()})
+        signature = tf.saved_model.load(tmp).signatures["serving_default"]
+        result["ms"]["serving_default"] = _median(lambda t: signature(text=t), [(tf.constant([t]),) for t in texts],
+                                                  repeats)
+    ids = latency.make_queries(len(vocab), queries, seq_length)
+    graph = latency.probs_fn(served_model(student, StudentMeta(latency.LABELS)), True, seq_length)
+    mask = tf.ones([1, seq_length], tf.int32)
+    result["ms"]["student graph"] = _median(lambda i: graph(i, mask), [(tf.constant(i[None]),) for i in ids], repeats)
+    return result
+
+
+STAGES = ("tokens", "windows", "student", "word tags", "entities")
+PARTS = ("valid_utf8", "words", "pieces")
+
+
+def format_lines(result: dict) -> List[str]:
+    ms = result["ms"]
+    total = sum(ms[s] for s in STAGES)
+    lines = [f"served text path at batch 1: {result['student']} BiLSTM student, {result['vocab_size']} pieces, texts of "
+             f"{result['seq_length'] - 2} one-piece words, median ms per call over {result['queries']} texts x "
+             f"{result['repeats']} passes; {result['machine']}",
+             "| stage | ms | share of the stages |", "|---|---|---|"]
+    for stage in STAGES:
+        lines.append(f"| {stage} | {ms[stage]:.3f} | {ms[stage] / total:.0%} |")
+        if stage == "tokens":
+            lines += [f"| - {part} | {ms[part]:.3f} | {ms[part] / total:.0%} |" for part in PARTS]
+    lines += [f"| sum of the stages | {total:.3f} | 100% |",
+              f"| empty tf.function call (in each stage's time) | {ms['call']:.3f} | |",
+              f"| serve (the method, in process) | {ms['serve']:.3f} | |",
+              f"| serving_default (reloaded SavedModel) | {ms['serving_default']:.3f} | |",
+              f"| student graph on ids (keras+xla) | {ms['student graph']:.3f} | |",
+              f"serving_default / student graph: {ms['serving_default'] / ms['student graph']:.2f}x"]
+    return lines
+
+
+def run(repeats: int) -> List[str]:
+    latency.define_flags()
+    passes = repeats if FLAGS["repeats"].present else 3
+    (embedding_dim, hidden), = latency.parse_students(FLAGS.students)[:1]
+    return format_lines(measure(embedding_dim, hidden, FLAGS.student_vocab_size or DEFAULT_VOCAB,
+                                FLAGS.queries if FLAGS["queries"].present else 200, FLAGS.seq_length, passes))

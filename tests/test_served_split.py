@@ -101,3 +101,15 @@ def test_examples_show_right_ones_with_most_entities_and_one_wrong():
     assert lines[0] == "2 test sentences served right (of 3 with every entity right) and one served wrong:"
     assert lines[1] == "  right: Ann Bo Cy" and lines[4] == "  right: Ann Bo Cy and Di"
     assert lines[7:] == ["  WRONG: Paris !", "    gold:   Paris [LOC]", "    served: Paris [PER]"]
+
+
+def test_evaluate_refuses_a_teacher_export_in_one_line(tmp_path):
+    """bin/export --teacher writes an ids-in ONNX speed peer: bin/evaluate names the teacher to score instead."""
+    import json
+
+    from xtremedistil_tf.cli.evaluate import model_kind
+    from xtremedistil_tf.errors import ConfigError
+
+    (tmp_path / "export.json").write_text(json.dumps({"format": "onnx", "teacher_dir": "runs/x/teacher/model"}))
+    with pytest.raises(ConfigError, match=r"teacher's ids-in ONNX export .* --model=runs/x/teacher/model$"):
+        model_kind(tmp_path)

@@ -105,7 +105,7 @@ def feed(fifo, text: str) -> threading.Thread:
     return thread
 
 
-def test_an_input_that_is_a_stream_is_fingerprinted_by_what_was_read(tmp_path):
+def test_an_input_that_is_a_stream_is_fingerprinted_by_what_was_read(tmp_path, monkeypatch):
     """`--train_file=<(...)` or a FIFO: no size or mtime says whether it changed, so the data step
     hashes what it read; a rerun with other content is refused naming the file, never reused."""
     from test_work_dir_safety import make_corpus
@@ -143,6 +143,11 @@ def test_an_input_that_is_a_stream_is_fingerprinted_by_what_was_read(tmp_path):
     with pytest.raises(DataFormatError) as info:
         pipeline.step_data(WorkDir(tmp_path / "other"), cfg)
     assert (info.value.path, info.value.line) == (str(pipe), 2)
+    # A relative --work_dir with a --data_dir: the copy of the stream is still found (not put under --data_dir).
+    monkeypatch.chdir(tmp_path)
+    feed(pipe, text)
+    pipeline.step_data(WorkDir("relative"), cfg)
+    assert (tmp_path / "relative" / "data" / "train.jsonl").exists()
 
 
 def test_a_fifo_without_writer_says_so_and_sigterm_leaves_no_temporary_dir(tmp_path, toy_corpus, tiny_bert_dir):

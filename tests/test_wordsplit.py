@@ -87,6 +87,11 @@ def test_a_vanishing_token_goes_with_its_tag():
     assert list(split.tokens) == ["A", "B", "."] and list(split.tags) == ["B-ORG", "I-ORG", "I-ORG"]
     assert word_offsets(split) == [(0, 1), (4, 5), (5, 6)]
     assert char_spans(split, split.tags) == {(0, 6, "ORG")}
+    # Where the vanished token began or ended an entity, the rest is a valid sequence of the same entity.
+    [split] = resplit([Sentence(["\u200b", "John", "Smith"], ["B-PER", "I-PER", "I-PER"])])
+    assert list(split.tags) == ["B-PER", "I-PER"]
+    [split] = resplit([Sentence(["John", "Smith", "\u200b", "."], ["B-PER", "I-PER", "E-PER", "O"])], "BIOES")
+    assert list(split.tags) == ["B-PER", "E-PER", "O"]
 
 
 def test_data_step_splits_every_split_and_keeps_the_text(tmp_path):
@@ -110,6 +115,7 @@ def test_data_step_splits_every_split_and_keeps_the_text(tmp_path):
     none = DataConfig(data_dir=str(tmp_path), dev_file="dev", test_file="test", word_split="none")
     assert list(load_splits(none)["test"][0].tokens) == ["Mr", "O'Brien", "visited", "U.S."]
     assert "word_split" not in none.to_dict() and cfg.to_dict()["word_split"] == "bert"
+    assert "word_split" not in DataConfig(format="label_tsv").to_dict()   # classification is never split
 
 
 def test_msra_is_not_changed_by_the_split():

@@ -663,10 +663,10 @@ def _score_rows(model: str, scores: dict, spans: bool = False) -> List[tuple]:
         rows.append((f"{model} {split} F1 / P / R",
                      f"{s['all']['f1']:.4f} / {s['all']['precision']:.4f} / {s['all']['recall']:.4f}{extra}"))
         if spans and "spans" in s:   # evaluate.tag_scores: exact entity character spans of the raw text
-            spans = s["spans"]["all"]
+            span = s["spans"]["all"]
             rows.append((f"{model} {split} span F1 / P / R",
-                         f"{spans['f1']:.4f} / {spans['precision']:.4f} / {spans['recall']:.4f} (entity character "
-                         "spans of the raw text: what the export serves)"))
+                         f"{span['f1']:.4f} / {span['precision']:.4f} / {span['recall']:.4f} (entity character "
+                         "spans of the raw text)"))
     return rows
 
 

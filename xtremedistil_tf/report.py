@@ -307,7 +307,7 @@ def write_report(work_dir, latency_json=None, probes_file=None) -> Path:
     lines = [f"# Report: {work_dir.resolve().name}", "", "## Scores (entity-level, seqeval)", "",
              "F1 is over the words the models see (the data's tokens in the served word split, docs/data.md); span F1 "
              "scores the same predictions on exact entity character spans of the raw text, what an export of the "
-             "model gives on that text.", "", *([hint, ""] if hint else [])]
+             "model gives on that text when it was trained on the served split (--word_split=bert, the default).", "", *([hint, ""] if hint else [])]
     lines += _table(["model", "split", "precision", "recall", "F1", "span F1", "F1 mean ± std over languages"],
                     score_rows(metrics))
     lines += ["", "## Parameters and size on disk", ""]

@@ -138,7 +138,7 @@ def read_streams(files: Dict[str, str], directory) -> Iterator[tuple]:
                     digest.update(block)
                     size += len(block)
                     target.write(block)
-            copies[path] = str(copy)
+            copies[path] = str(copy.absolute())   # absolute: --data_dir is not put before it
             stamps[path] = {"flag": flag, "size": size, "sha256": digest.hexdigest(), "stream": True}
         yield copies, stamps
     finally:

@@ -115,6 +115,10 @@ def model_kind(directory) -> Tuple[str, Path]:
     for kind, path in (("teacher", directory), ("student", directory), ("teacher", directory / "model")):
         if (path / f"{kind}.json").exists():
             return kind, path
+    if (directory / "export.json").exists() and "teacher_dir" in read_json(directory / "export.json"):
+        raise ConfigError(f"{directory} is a teacher's ids-in ONNX export (bin/export --teacher), the speed peer of "
+                          f"bin/benchmark latency; it has no text path to score: score the teacher it was made from, "
+                          f"--model={read_json(directory / 'export.json')['teacher_dir']}")
     if ((directory / "saved_model.pb").exists() or any(directory.glob("[0-9]*/saved_model.pb"))
             or (directory / "export.json").exists()):
         return "export", directory

@@ -118,6 +118,7 @@ def export_teacher() -> None:
     export_dir = FLAGS.export_dir or (work / "export" if work else "")
     if not teacher or not export_dir:
         raise ConfigError("--teacher: pass --work_dir, or both --teacher_dir and --export_dir")
+    check_export_dir(Path(export_dir))
     check_teacher_dir(teacher)
     print(write(teacher, export_dir, FLAGS.model_name, FLAGS.quantize, FLAGS.overwrite), flush=True)
 

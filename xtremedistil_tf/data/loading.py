@@ -62,7 +62,7 @@ class DataConfig:
         for name in ("source", "transfer_from_train_rest"):
             if not fields[name]:
                 del fields[name]
-        if fields["word_split"] == "none":
+        if fields["word_split"] == "none" or self.task == "classification":   # classification is never split
             del fields["word_split"]
         return fields
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from typing import Iterable, List, Sequence, Tuple
 
-from xtremedistil_tf.data.schemes import OUTSIDE, normalize_scheme, split_tag
+from xtremedistil_tf.data.schemes import OUTSIDE, normalize_scheme, spans_to_tags, split_tag, tags_to_spans
 from xtremedistil_tf.data.sentence import Sentence
 
 WORD_SPLITS = ("bert", "none")   # --word_split: BERT's pre-tokenizer (the served split), or the data's own tokens
@@ -62,7 +62,8 @@ def continue_tags(tag: str, parts: int, scheme: str) -> List[str]:
 
 def resplit(sentences: Sequence[Sentence], scheme: str = "IOB2") -> List[Sentence]:
     """`sentences` in BERT's word split. A sentence none of whose tokens the split changes is returned as it is;
-    another gets its words, their tags (`continue_tags`; a token that vanishes entirely goes with its tag) and
+    another gets its words, their tags (`continue_tags`; a token that vanishes entirely goes with its tag, and
+    the entities are encoded again where that left a sequence the scheme does not allow) and
     `text`: its tokens joined by single spaces, the raw text its words' character offsets index (`word_offsets`).
     Sentence labels (classification) and languages are kept."""
     out = []
@@ -77,6 +78,9 @@ def resplit(sentences: Sequence[Sentence], scheme: str = "IOB2") -> List[Sentenc
             words += [token[start:end] for start, end in parts]
             if tags is not None and parts:
                 tags += continue_tags(sentence.tags[index], len(parts), scheme)
+        if tags is not None and not all(pieces):
+            # A token that vanished took its tag: where that began or ended an entity, encode the entities again.
+            tags = spans_to_tags(tags_to_spans(tags, scheme), len(tags), scheme)
         out.append(Sentence(words, tags, sentence.lang, sentence.label, text=" ".join(sentence.tokens)))
     return out
 

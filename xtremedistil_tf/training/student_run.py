@@ -229,7 +229,7 @@ def distil_multigrained(cfg: MultiGrainedConfig, teacher, tokenizer, transfer_di
     transfer = read_sharded(transfer_dir)
     stream = transfer if cfg.use_unlabeled else transfer.take(train_windows)
     config = replace(cfg, progress=progress, log_dir=str(log_dir) if log_dir else None)
-    dev_windows = encode(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+    dev_windows = served_windows(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length, True)   # BiLSTM+CRF
     evaluate_fn = make_crf_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
     history = train_multigrained(student, stream, None, config, teacher.tag_vocab.pad_id, evaluate_fn,
                                  checkpoint=EpochCheckpoint(checkpoint_dir), distribution=distribution)
@@ -239,8 +239,10 @@ def distil_multigrained(cfg: MultiGrainedConfig, teacher, tokenizer, transfer_di
 def served_windows(sentences: Sequence[Sentence], tokenizer, tag_vocab: TagVocab, max_seq_length: int,
                    recurrent: bool):
     """The windows a student is scored on, as its export serves text (export/serving.py): a recurrent (BiLSTM)
-    student's export runs each text whole, however long, so it is scored on one window per sentence; a
-    transformer's on windows of `max_seq_length` (its position embeddings bound it)."""
+    student's export runs each text whole, however long, so it is scored on one window per sentence. A
+    transformer is scored on training's overlapping windows of `max_seq_length` (its export cuts consecutive
+    windows, even inside a word: for texts longer than `max_seq_length - 2` pieces the two can differ; docs/serving.md,
+    Limits)."""
     if recurrent:
         longest = max((sum(map(len, pieces)) for pieces in word_pieces(tokenizer, sentences)), default=1)
         max_seq_length = max(max_seq_length, longest + 2)

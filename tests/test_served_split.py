@@ -113,3 +113,32 @@ def test_evaluate_refuses_a_teacher_export_in_one_line(tmp_path):
     (tmp_path / "export.json").write_text(json.dumps({"format": "onnx", "teacher_dir": "runs/x/teacher/model"}))
     with pytest.raises(ConfigError, match=r"teacher's ids-in ONNX export .* --model=runs/x/teacher/model$"):
         model_kind(tmp_path)
+
+
+@pytest.mark.parametrize("max_seq_length", [3, 5, 8, 64])
+def test_transformer_students_are_scored_on_the_windows_their_export_cuts(tiny_tokenizer, max_seq_length):
+    """A transformer's export cuts each text's pieces into consecutive windows (export/serving.windows_of), inside
+    words too; encode_consecutive, which scores a transformer student dir, cuts the same windows, and scores each
+    word in the window of its first piece."""
+    from xtremedistil_tf.data.alignment import encode_consecutive, word_pieces
+    from xtremedistil_tf.export.serving import windows_of
+
+    sentences = [Sentence(["johnathan", "visited", "berlin", "."], ["B-PER", "O", "B-LOC", "O"]),
+                 Sentence([], []), Sentence(["mary"], ["B-PER"]),
+                 Sentence(["the", "quickly", "moving", "paris", "of", "marylebone"], ["O", "O", "O", "B-LOC", "O", "B-LOC"])]
+    pieces = [[p for word in words for p in word] for words in word_pieces(tiny_tokenizer, sentences)]
+    assert max(map(len, pieces)) > 20   # several windows per sentence at the small lengths, cuts inside words
+    ids, mask, _, _ = windows_of(tf.ragged.constant(pieces, tf.int32), max_seq_length - 2,
+                                 tiny_tokenizer.cls_token_id, tiny_tokenizer.sep_token_id, tiny_tokenizer.pad_token_id)
+    windows = encode_consecutive(sentences, tiny_tokenizer, TagVocab(TOY_LABELS), max_seq_length)
+    width = ids.shape[1]
+    np.testing.assert_array_equal(windows.input_ids[:, :width], ids.numpy())
+    np.testing.assert_array_equal(windows.attention_mask[:, :width], mask.numpy())
+    assert not windows.attention_mask[:, width:].any()
+    # Each word is owned once, at its first piece, with its own label there.
+    vocab = TagVocab(TOY_LABELS)
+    for s_index, sentence in enumerate(sentences):
+        rows = np.flatnonzero(windows.sentence_index == s_index)
+        owned = [(r, c) for r in rows for c in np.flatnonzero(windows.owner[r])]
+        assert sorted(windows.word_index[r, c] for r, c in owned) == list(range(len(sentence.tokens)))
+        assert all(windows.label_ids[r, c] == vocab.id(sentence.tags[windows.word_index[r, c]]) for r, c in owned)

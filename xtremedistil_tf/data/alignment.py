@@ -169,6 +169,30 @@ def encode(sentences: Sequence[Sentence], tokenizer, tag_vocab: TagVocab,
                   np.array([len(s.tokens) for s in sentences], dtype=np.int32))
 
 
+def encode_consecutive(sentences: Sequence[Sentence], tokenizer, tag_vocab: TagVocab,
+                       max_seq_length: int = 128) -> Windows:
+    """Windows as an export cuts text (export/serving.windows_of): each sentence's pieces in consecutive,
+    non-overlapping windows of `max_seq_length - 2` pieces, cut wherever the budget ends (inside a word too; a
+    sentence of no pieces gets one window). A word is scored in the window of its first piece; its other pieces
+    are tagged X wherever they fall."""
+    budget = max_seq_length - 2
+    if budget < 1:
+        raise ConfigError(f"max_seq_length must be at least 3 (CLS, one piece, SEP), got {max_seq_length}")
+    rows = []
+    for s_index, (sentence, pieces) in enumerate(zip(sentences, word_pieces(tokenizer, sentences))):
+        flat = [(piece, word, k == 0) for word, ids in enumerate(pieces) for k, piece in enumerate(ids)]
+        for start in range(0, max(len(flat), 1), budget):
+            chunk = flat[start:start + budget]
+            labels = [tag_vocab.id(sentence.tags[word]) if first else tag_vocab.x_id for _, word, first in chunk]
+            tags = [tag_vocab.id(CLS_TAG)] + labels + [tag_vocab.id(SEP_TAG)]
+            rows.append(([tokenizer.cls_token_id] + [p for p, _, _ in chunk] + [tokenizer.sep_token_id],
+                         tags if sentence.tags is not None else [tag_vocab.pad_id] * len(tags),
+                         [-1] + [word if first else -1 for _, word, first in chunk] + [-1],
+                         [False] + [first for _, _, first in chunk] + [False], s_index))
+    return _stack(rows, max_seq_length, tokenizer.pad_token_id, tag_vocab.pad_id,
+                  np.array([len(s.tokens) for s in sentences], dtype=np.int32))
+
+
 def _encode_window(sentence, pieces, first, end, budget, owners, w, s_index, tokenizer, tag_vocab):
     ids = [tokenizer.cls_token_id]
     tags = [tag_vocab.id(CLS_TAG)]

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf.data.alignment import TagVocab, decode, encode, predict_by_length, word_pieces
+from xtremedistil_tf.data.alignment import TagVocab, decode, encode, encode_consecutive, predict_by_length, word_pieces
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.evaluate import tag_scores
@@ -239,14 +239,13 @@ def distil_multigrained(cfg: MultiGrainedConfig, teacher, tokenizer, transfer_di
 def served_windows(sentences: Sequence[Sentence], tokenizer, tag_vocab: TagVocab, max_seq_length: int,
                    recurrent: bool):
     """The windows a student is scored on, as its export serves text (export/serving.py): a recurrent (BiLSTM)
-    student's export runs each text whole, however long, so it is scored on one window per sentence. A
-    transformer is scored on training's overlapping windows of `max_seq_length` (its export cuts consecutive
-    windows, even inside a word: for texts longer than `max_seq_length - 2` pieces the two can differ; docs/serving.md,
-    Limits)."""
-    if recurrent:
-        longest = max((sum(map(len, pieces)) for pieces in word_pieces(tokenizer, sentences)), default=1)
-        max_seq_length = max(max_seq_length, longest + 2)
-    return encode(sentences, tokenizer, tag_vocab, max_seq_length)
+    student's export runs each text whole, however long, so it is scored on one window per sentence; a
+    transformer's export cuts consecutive windows of `max_seq_length - 2` pieces, even inside a word, and so is it
+    scored (`alignment.encode_consecutive`)."""
+    if not recurrent:
+        return encode_consecutive(sentences, tokenizer, tag_vocab, max_seq_length)
+    longest = max((sum(map(len, pieces)) for pieces in word_pieces(tokenizer, sentences)), default=1)
+    return encode(sentences, tokenizer, tag_vocab, max(max_seq_length, longest + 2))
 
 
 def predict_words(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int, sentences: Sequence[Sentence],

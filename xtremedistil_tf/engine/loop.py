@@ -144,12 +144,12 @@ class Engine:
                              verbose=0).history
             loss = logs["loss"][-1]
             record = {k: float(v[-1]) for k, v in logs.items()}
-            where = f"{epoch + 1}{f' ({context})' if context else ''}"
-            check_finite_loss(record, self.name, where)
+            at = f"{epoch + 1}{f' ({context})' if context else ''}"   # the epoch, for a divergence's message
+            check_finite_loss(record, self.name, at)
             if score is not None:
                 record[score_name] = float(score())
                 if not math.isfinite(record[score_name]):
-                    raise TrainingDiverged(self.name, f"dev score ({score_name})", record[score_name], where)
+                    raise TrainingDiverged(self.name, f"dev score ({score_name})", record[score_name], at)
             value = -record[score_name] if score else record.get("val_loss", loss)
             tracker.update(value, target.get_weights if selects else lambda: None)
             seconds = time.time() - started

@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import weakref
 from types import SimpleNamespace
 
 import numpy as np
@@ -44,6 +45,10 @@ def exported(student, tmp_path_factory):
     return export_student(student[1], tmp_path_factory.mktemp("export"))[0]
 
 
+# model -> {text: its Keras probs}: a test decodes each text both ways, and predict is the slow part.
+_PROBS = weakref.WeakKeyDictionary()
+
+
 def reference(model, tokenizer, text, decode="constrained"):
     """(word tags, [(start char, end char, type, confidence)]) from the Keras model via alignment.py and
     the word decoder bin/evaluate uses (crf/decoding.py)."""
@@ -51,8 +56,11 @@ def reference(model, tokenizer, text, decode="constrained"):
     if not matches:
         return [], []
     windows = encode([Sentence([m.group() for m in matches])], tokenizer, TAG_VOCAB, max_seq_length=2048)
-    probs = model.predict({"input_ids": windows.input_ids, "attention_mask": windows.attention_mask},
-                          verbose=0)["probs"]
+    seen = _PROBS.setdefault(model, {})
+    if text not in seen:
+        seen[text] = model.predict({"input_ids": windows.input_ids, "attention_mask": windows.attention_mask},
+                                   verbose=0)["probs"]
+    probs = seen[text]
     labels, scores = WordDecoder(TAG_VOCAB.tags, TAG_VOCAB.labels, "IOB2", decode).decode_windows(windows, probs)
     tags, word_prob = labels[0], np.array(scores[0])
     spans = [(matches[s].start(), matches[e - 1].end(), etype, word_prob[s:e].mean())

@@ -42,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from xtremedistil_tf.benchmarks.timing import median_ms
+from xtremedistil_tf.benchmarks.timing import BATCHES, LABELS, median_ms, query_batches
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.export.student import StudentMeta, served_model
 from xtremedistil_tf.io import atomic_write_json, dir_size
@@ -88,8 +88,6 @@ TEACHER_CONFIGS = {
     "mbert-base": dict(vocab_size=119547, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                        intermediate_size=3072),
 }
-LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]  # 11 piece tags, as in the paper
-BATCHES = (1, 32)
 DEFAULT_REPEATS = 1  # passes when --repeats is not given: one teacher pass at batch 1 is 70+ s
 
 
@@ -195,13 +193,6 @@ def per_query_ms(fn: Callable, queries: np.ndarray, batch: int, repeats: int) ->
     batches = [tf.constant(b) for b in query_batches(queries, batch)]
     mask = tf.ones_like(batches[0])
     return _median_call_ms(lambda ids_batch: fn(ids_batch, mask), batches, repeats) / batch
-
-
-def query_batches(queries: np.ndarray, batch: int) -> List[np.ndarray]:
-    """`queries` in batches of `batch` rows; the last wraps around to the first queries so all have one shape."""
-    calls = -(-len(queries) // batch)
-    ids = np.resize(queries, (calls * batch,) + queries.shape[1:])
-    return [ids[i * batch:(i + 1) * batch] for i in range(calls)]
 
 
 def saved_model_bytes(model, seq_length: int) -> int:

@@ -63,7 +63,7 @@ def _ms(call: Callable, batches: Sequence, repeats: int) -> float:
 
 def _row(key, call: Callable, queries, repeats: int, batch_of: Callable) -> dict:
     """One row: `call(batch)` timed at each of latency.BATCHES over batch_of(queries, batch)."""
-    from xtremedistil_tf.benchmarks.latency import BATCHES
+    from xtremedistil_tf.benchmarks.timing import BATCHES
 
     return {**dict(zip(KEYS, key)),
             "latency_ms": {f"batch{b}": _ms(call, batch_of(queries, b), repeats) for b in BATCHES}}
@@ -80,7 +80,7 @@ def teacher_rows(teacher, ids: np.ndarray, repeats: int, threads: int, workdir: 
     """The teacher in TensorFlow and in ONNX Runtime float32 / dynamic int8, ids in."""
     import onnxruntime
 
-    from xtremedistil_tf.benchmarks.latency import query_batches
+    from xtremedistil_tf.benchmarks.timing import query_batches
     from xtremedistil_tf.export.formats import quantize_onnx
     from xtremedistil_tf.export.teacher import teacher_function, teacher_onnx
 
@@ -108,7 +108,7 @@ def _ort_options(threads: int):
 def student_rows(trained: tf.keras.Model, name: str, ids: np.ndarray, vocab: List[str], texts: np.ndarray,
                  repeats: int, threads: int, workdir: Path) -> List[dict]:
     """One student (a trained Keras BiLSTM student) in every format bin/export writes, ids in and text in."""
-    from xtremedistil_tf.benchmarks.latency import LABELS, query_batches
+    from xtremedistil_tf.benchmarks.timing import LABELS, query_batches
     from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
     from xtremedistil_tf.export.formats import export_portable
     from xtremedistil_tf.export.serving import export_student

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from typing import Callable, List
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -27,3 +28,16 @@ def _materialize(outputs) -> None:
     for tensor in tf.nest.flatten(outputs):
         if isinstance(tensor, tf.Tensor):
             tensor.numpy()
+
+
+# What bin/benchmark latency and its peer rows time: the batch sizes, and the label set of its random students and
+# teachers (11 piece tags with the markers, as in the paper).
+LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]
+BATCHES = (1, 32)
+
+
+def query_batches(queries: np.ndarray, batch: int) -> List[np.ndarray]:
+    """`queries` in batches of `batch` rows; the last wraps around to the first queries so all have one shape."""
+    calls = -(-len(queries) // batch)
+    ids = np.resize(queries, (calls * batch,) + queries.shape[1:])
+    return [ids[i * batch:(i + 1) * batch] for i in range(calls)]

@@ -33,7 +33,7 @@ _TRAIN_CONFIGS = """
 import json, sys
 import xtremedistil_tf
 from absl import flags
-from xtremedistil_tf import pipeline
+from xtremedistil_tf.run import pipeline
 from xtremedistil_tf.cli import train as cli
 from xtremedistil_tf.errors import ConfigError
 out = []
@@ -217,7 +217,7 @@ def toy_student_dir(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
     trained weights beside it in ../weights.npz (see toy_student)."""
     import numpy as np
 
-    from xtremedistil_tf.export.student import StudentMeta, write_student_dir
+    from xtremedistil_tf.students.artifact import StudentMeta, write_student_dir
 
     def build(path):
         model = train_toy_student(tiny_tokenizer)

@@ -21,7 +21,7 @@ def corpus(n_sentences: int = 300, seed: int = 0):
 
 def tokenizer_pair(tmp_path, student_size: int = 60, teacher_size: int = 200):
     """(student, teacher) BertTokenizerFast learned on `corpus()`, the teacher's vocabulary larger."""
-    from xtremedistil_tf.subwords.vocab import learn_vocab, load_vocab_tokenizer, save_vocab
+    from xtremedistil_tf.methods.subwords.vocab import learn_vocab, load_vocab_tokenizer, save_vocab
 
     text = corpus()
     out = []
@@ -33,6 +33,6 @@ def tokenizer_pair(tmp_path, student_size: int = 60, teacher_size: int = 200):
 
 def tiny_mlm(vocab_size: int, hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0):
     """A built TFBertForMaskedLM with random weights, no dropout (deterministic outputs)."""
-    from xtremedistil_tf.subwords.models import build_student, student_config
+    from xtremedistil_tf.methods.subwords.models import build_student, student_config
 
     return build_student(student_config(vocab_size, hidden, layers, heads, max_position=64, dropout=0.0), seed=seed)

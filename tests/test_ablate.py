@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from conftest import REPO, toy_ner_sentences
-from xtremedistil_tf import ablate, pipeline
+from xtremedistil_tf.run import ablate, pipeline
 from xtremedistil_tf.data.loading import DataConfig
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
 from xtremedistil_tf.students import StudentArch
-from xtremedistil_tf.training.staged import DistilConfig
-from xtremedistil_tf.workdir import WorkDir
+from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.run.workdir import WorkDir
 
 LANGS = ["en", "de"]
 SIZES = {"train": 60, "dev": 15, "test": 15}
@@ -203,7 +203,7 @@ def test_table4_of_a_representation_stage_has_no_f1():
 def test_d0_trains_one_student_per_language_on_its_own_windows(ablation, tiny_tokenizer):
     cfg, _, _ = ablation
     from xtremedistil_tf.data.alignment import TagVocab, encode
-    from xtremedistil_tf.teachers.cache import read_sharded
+    from xtremedistil_tf.transfer.cache import read_sharded
 
     work = WorkDir(cfg.work_dir)
     splits = pipeline.load_data(work)
@@ -230,7 +230,7 @@ def test_d0_scores_are_the_pipelines_scores_of_each_language_student(ablation):
     (student_run.evaluate_student: the constrained word decoder) gives that language's student."""
     cfg, _, _ = ablation
     from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.training.student_run import evaluate_student, load_student
+    from xtremedistil_tf.methods.student_run import evaluate_student, load_student
 
     test = pipeline.load_data(WorkDir(cfg.work_dir))["test"]
     recorded = info(cfg, "ablate/D0")["scores"]["test"]["languages"]
@@ -263,7 +263,7 @@ def test_d0_scores_decode_as_the_pipeline_where_argmax_would_differ(ablation, tm
     import shutil
 
     from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.training import student_run
+    from xtremedistil_tf.methods import student_run
 
     cfg, _, _ = ablation
     shutil.copytree(cfg.work_dir, tmp_path / "work")
@@ -359,7 +359,7 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
     assert rows["teacher"] == [pct(info(cfg, "teacher")["scores"]["test"]["f1_mean"]),
                                pct(info(cfg, "teacher")["argmax_scores"]["test"]["f1_mean"])]
     from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.training import student_run
+    from xtremedistil_tf.methods import student_run
 
     d1, meta, tokenizer = student_run.load_student(os.path.join(cfg.work_dir, "ablate", "D1"))
     test = pipeline.load_data(WorkDir(cfg.work_dir))["test"]
@@ -505,7 +505,7 @@ def test_strategies_that_begin_alike_train_the_representation_stage_once(ablatio
     work = tmp_path / "work"   # a copy of the shared run's teacher and cache
     shutil.copytree(cfg.work_dir, work)
     shared_cfg = replace(cfg, work_dir=str(work))
-    with caplog.at_level(logging.INFO, logger="xtremedistil_tf.training.staged"):
+    with caplog.at_level(logging.INFO, logger="xtremedistil_tf.methods.staged"):
         ablate.run_ablation(shared_cfg, ["D3.1", "D4.1"])
     continued = [r.getMessage() for r in caplog.records if "from an earlier student" in r.getMessage()]
     assert len(continued) == 1 and continued[0].startswith("[student] D4.1: stage 1 continues (representation)")

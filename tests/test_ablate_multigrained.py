@@ -11,11 +11,11 @@ import pytest
 from conftest import REPO
 from test_ablate import parse_tables, pct
 from test_pipeline import toy_corpus  # noqa: F401  (fixture: CoNLL train/test, 2 unlabeled lines)
-from xtremedistil_tf import ablate, pipeline
-from xtremedistil_tf import ablate_multigrained as mg
+from xtremedistil_tf.run import ablate, pipeline
+from xtremedistil_tf.run import ablate_multigrained as mg
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.training.multigrained import MultiGrainedConfig
-from xtremedistil_tf.training.staged import DistilConfig
+from xtremedistil_tf.methods.multigrained import MultiGrainedConfig
+from xtremedistil_tf.methods.staged import DistilConfig
 
 SEQ = ("hard", "seq_fuzzy", "seq_ce")
 # The student rows of the paper's Table 1 and what they set: embeddings, losses, DA.
@@ -179,7 +179,7 @@ def test_report_with_seeds_gives_mean_std_per_seed_values_and_auto_against_equal
     assert table3[1:] == [["hard + seq_fuzzy + seq_ce", "yes", f"91.00 ± {sd(0.9, 0.92)}",
                            f"86.00 ± {sd(0.88, 0.84)}", f"86.50 ± {sd(0.85, 0.88)}", f"85.50 ± {sd(0.86, 0.85)}",
                            f"+0.50 ± {sd(0.02, -0.01)}"]]
-    # The Seeds table and the ordering are ablate.py's, on the variants.
+    # The Seeds table and the ordering are run/ablate.py's, on the variants.
     assert per_seed == [["variant", "seed 3", "seed 5", "mean ± std"],
                         ["vanilla", "60.00", "64.00", f"62.00 ± {sd(0.6, 0.64)}"],
                         ["TE+DA+SEQ", "88.00", "84.00", f"86.00 ± {sd(0.88, 0.84)}"],

@@ -159,7 +159,7 @@ def test_data_flags_that_cannot_work_are_refused_before_reading(fields, message)
 def test_a_step_that_fails_to_write_keeps_nothing_and_says_so(tmp_path):
     from xtremedistil_tf.cli.common import one_line
     from xtremedistil_tf.errors import WorkDirError
-    from xtremedistil_tf.workdir import WorkDir
+    from xtremedistil_tf.run.workdir import WorkDir
 
     work = WorkDir(tmp_path / "w")
     work.run_step("data", {"a": 1}, lambda tmp: {"bytes": (tmp / "x").write_text("ok")})
@@ -188,7 +188,7 @@ def tree_digest(root) -> dict:
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 # Only logs: a refused run may leave these in a fresh work dir, never a step's artifact.
-LOG_FILES = {"run.log", "config.json", ".lock"}   # .lock: the work dir's lock (lock.py)
+LOG_FILES = {"run.log", "config.json", ".lock"}   # .lock: the work dir's lock (run/lock.py)
 
 
 def base_flags(corpus, teacher_dir, work_dir):
@@ -360,8 +360,8 @@ def bin_train(args, **kwargs):
 
 
 def test_work_dir_of_another_config_is_refused_in_one_line_and_left_intact(tmp_path, corpus, tiny_bert_dir):
-    from xtremedistil_tf import pipeline
-    from xtremedistil_tf.workdir import WorkDir
+    from xtremedistil_tf.run import pipeline
+    from xtremedistil_tf.run.workdir import WorkDir
 
     work = tmp_path / "work"
     flags = base_flags(corpus, tiny_bert_dir, work)

@@ -198,8 +198,8 @@ def test_electra_student_reduces_the_embedding_width_not_the_hidden():
 
     from xtremedistil_tf.teachers.model import TokenTeacher
     from xtremedistil_tf.students import StudentArch
-    from xtremedistil_tf.training.staged import DistilConfig
-    from xtremedistil_tf.training.student_run import build_student
+    from xtremedistil_tf.methods.staged import DistilConfig
+    from xtremedistil_tf.methods.student_run import build_student
 
     teacher = TokenTeacher(encoder_of(ElectraConfig(vocab_size=40, embedding_size=16, hidden_size=32,
                                                     num_hidden_layers=2, num_attention_heads=2,
@@ -218,11 +218,11 @@ def test_electra_student_reduces_the_embedding_width_not_the_hidden():
 def roberta_run(tmp_path_factory, roberta_dir):
     from test_pipeline import write_conll
 
-    from xtremedistil_tf import pipeline
+    from xtremedistil_tf.run import pipeline
     from xtremedistil_tf.data.loading import DataConfig
     from xtremedistil_tf.teachers.finetune import FinetuneConfig
     from xtremedistil_tf.students import StudentArch
-    from xtremedistil_tf.training.staged import DistilConfig
+    from xtremedistil_tf.methods.staged import DistilConfig
 
     corpus = tmp_path_factory.mktemp("corpus")
     write_conll(corpus / "train.txt", toy_ner_sentences(40, seed=3))
@@ -243,8 +243,8 @@ def roberta_run(tmp_path_factory, roberta_dir):
 
 
 def test_roberta_teacher_runs_end_to_end(roberta_run):
-    from xtremedistil_tf.export.student import read_config
-    from xtremedistil_tf.teachers.cache import read_sharded
+    from xtremedistil_tf.students.artifact import read_config
+    from xtremedistil_tf.transfer.cache import read_sharded
 
     work, metrics = roberta_run
     assert metrics["teacher"]["scores"]["test"]["all"]["sentences"] == 12

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.teachers import cache
+from xtremedistil_tf.transfer import cache
 
 T, N, H = 6, 5, 8
 NUM = 37          # not a multiple of SHARD or of either batch size
@@ -137,7 +137,7 @@ _KILLED_WRITER = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import xtremedistil_tf  # sets TF_USE_LEGACY_KERAS before TensorFlow loads
     import test_cache as tc
-    from xtremedistil_tf.teachers.cache import write_sharded
+    from xtremedistil_tf.transfer.cache import write_sharded
 
     def blocks_in_shard_2(start, end):
         # Hang inside shard 2 (its .tmp is open) until the test kills this process.

@@ -7,17 +7,17 @@ import pytest
 import tensorflow as tf
 
 from conftest import toy_texts
-from xtremedistil_tf import pipeline
+from xtremedistil_tf.run import pipeline
 from xtremedistil_tf.data.classification import NO_LABEL, ClassVocab, class_labels_of, encode_texts
 from xtremedistil_tf.data.loading import DataConfig
 from xtremedistil_tf.data.readers import read_label_tsv
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError, DataFormatError
-from xtremedistil_tf.evaluate import class_scores
+from xtremedistil_tf.data.scoring import class_scores
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
 from xtremedistil_tf.students import StudentArch
-from xtremedistil_tf.training.staged import DistilConfig
-from xtremedistil_tf.training.student_run import load_student
+from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.methods.student_run import load_student
 
 def write_lines(path, lines):
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -117,7 +117,7 @@ def test_teacher_and_student_learn_the_texts_classes(classification_run):
 
 
 def test_cache_holds_sentence_level_targets(classification_run):
-    from xtremedistil_tf.teachers.cache import read_sharded
+    from xtremedistil_tf.transfer.cache import read_sharded
 
     cfg, _ = classification_run
     examples = list(read_sharded(os.path.join(cfg.work_dir, "transfer")).as_numpy_iterator())
@@ -136,8 +136,8 @@ def test_staged_loop_ran_every_stage_with_dev_f1(classification_run):
 def test_gradual_unfreezing_resolves_on_the_classifier():
     """D4.2's steps name the classifier's layers, top-down, ending with every layer trainable."""
     from xtremedistil_tf.students.models import build_bilstm_classifier
-    from xtremedistil_tf.training.staged import _resolve_layers
-    from xtremedistil_tf.training.strategies import get_strategy
+    from xtremedistil_tf.methods.staged import _resolve_layers
+    from xtremedistil_tf.methods.strategies import get_strategy
 
     classifier = build_bilstm_classifier(50, 3, embedding_dim=8, hidden=8, teacher_hidden=16)
     for stage in get_strategy("D4.2").stages[1:]:
@@ -149,7 +149,7 @@ def test_gradual_unfreezing_resolves_on_the_classifier():
 
 def test_saved_classifier_reloads_with_keras_and_predicts_the_same(classification_run):
     import xtremedistil_tf  # noqa: F401  (registers the custom layers)
-    from xtremedistil_tf.training.classification import evaluate_classifier_student
+    from xtremedistil_tf.methods.classification import evaluate_classifier_student
 
     cfg, metrics = classification_run
     student_dir = os.path.join(cfg.work_dir, "student")

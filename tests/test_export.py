@@ -17,14 +17,14 @@ from xtremedistil_tf.data.alignment import TagVocab, encode, word_pieces
 from xtremedistil_tf.data.schemes import spans_to_tags, tags_to_spans, validate_tags
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.evaluate import entity_scores
+from xtremedistil_tf.data.scoring import entity_scores
 from xtremedistil_tf.crf.decoding import WordDecoder
 from xtremedistil_tf.export.predictor import load_serving_fn, predict
 from xtremedistil_tf.export.serving import (NerServing, decode_spans, dense_index, export_student, padded, tag_tables,
                                             windows_of)
-from xtremedistil_tf.export.student import StudentMeta, read_vocab, write_student_dir
+from xtremedistil_tf.students.artifact import StudentMeta, read_vocab, write_student_dir
 from xtremedistil_tf.students.models import build_bilstm_student, build_transformer_student
-from xtremedistil_tf.training.student_run import evaluate_student
+from xtremedistil_tf.methods.student_run import evaluate_student
 
 TAG_VOCAB = TagVocab(TOY_LABELS)
 # CJK characters are words of their own, as in BERT's basic tokenizer; other words split at punctuation.
@@ -464,7 +464,7 @@ def test_evaluate_scores_an_export_like_its_student(student, exported, tiny_toke
     Keras student's word-level seqeval scores when every token is one word."""
     from xtremedistil_tf.cli.evaluate import evaluate_model, format_scores
     from xtremedistil_tf.data.sentence import Sentence
-    from xtremedistil_tf.evaluate import char_spans
+    from xtremedistil_tf.data.scoring import char_spans
 
     assert char_spans(Sentence(["John", "Smith", "in", "Paris"]), ["B-PER", "I-PER", "O", "B-LOC"]) == \
         {(0, 10, "PER"), (14, 19, "LOC")}

@@ -18,7 +18,7 @@ from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
 from xtremedistil_tf.export.formats import check_format, export_portable
 from xtremedistil_tf.export.predictor import load_serving_fn, predict as saved_model_predict
 from xtremedistil_tf.export.serving import NerServing, export_student, windows_of
-from xtremedistil_tf.export.student import StudentMeta, write_student_dir
+from xtremedistil_tf.students.artifact import StudentMeta, write_student_dir
 
 tf2onnx = pytest.importorskip("tf2onnx", reason="tf2onnx is not installed (requirements.txt pins it)")
 onnxruntime = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (requirements.txt pins it)")

@@ -8,11 +8,11 @@ import tensorflow as tf
 
 from xtremedistil_tf.benchmarks import memory
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.teachers.cache import load_manifest, read_sharded
-from xtremedistil_tf.training import multigrained as mg
-from xtremedistil_tf.training import student_run
-from xtremedistil_tf.training.staged import DistilConfig
-from xtremedistil_tf.training.student_run import source_keys, staged_sources
+from xtremedistil_tf.transfer.cache import load_manifest, read_sharded
+from xtremedistil_tf.methods import multigrained as mg
+from xtremedistil_tf.methods import student_run
+from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.methods.student_run import source_keys, staged_sources
 
 SHAPE = dict(seq=8, hidden=4, kbest=2)
 BATCH, STEPS, LABELED = 8, 5, 40

@@ -1,4 +1,4 @@
-"""Task-agnostic distillation of a random BERT student (nas/distill.py) and the saved student."""
+"""Task-agnostic distillation of a random BERT student (methods/nas/distill.py) and the saved student."""
 import json
 
 import numpy as np
@@ -7,9 +7,9 @@ import tensorflow as tf
 
 from tests.conftest import write_tiny_vocab
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.nas.distill import (DistillConfig, Distiller, build_student, encode_texts, load_teacher,
+from xtremedistil_tf.methods.nas.distill import (DistillConfig, Distiller, build_student, encode_texts, load_teacher,
                                          save_student, split_texts)
-from xtremedistil_tf.nas.space import Arch
+from xtremedistil_tf.methods.nas.space import Arch
 
 WORDS = ["the", "in", "of", "to", "and", "paris", "berlin", "john", "mary", "was", "at", "on"]
 

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.nas import latency
-from xtremedistil_tf.nas.space import Arch, SearchSpace
+from xtremedistil_tf.methods.nas import latency
+from xtremedistil_tf.methods.nas.space import Arch, SearchSpace
 
 SPACE = SearchSpace(layers=(1, 3), heads=(2, 4), hidden=(8, 16), intermediate=(16, 32), activations=("relu", "gelu"))
 TEACHER = {"vocab_size": 30, "max_position_embeddings": 16, "type_vocab_size": 2, "num_hidden_layers": 2,

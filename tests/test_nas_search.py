@@ -4,10 +4,10 @@ import pytest
 from scipy.stats import spearmanr
 
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.nas.controller import Controller, ControllerConfig
-from xtremedistil_tf.nas.reward import reward
-from xtremedistil_tf.nas.search import SearchConfig, epsilon, evaluations_until, plan_episode, run_search
-from xtremedistil_tf.nas.space import Arch, SearchSpace
+from xtremedistil_tf.methods.nas.controller import Controller, ControllerConfig
+from xtremedistil_tf.methods.nas.reward import reward
+from xtremedistil_tf.methods.nas.search import SearchConfig, epsilon, evaluations_until, plan_episode, run_search
+from xtremedistil_tf.methods.nas.space import Arch, SearchSpace
 
 ACTIVATION_COST = {"gelu": 1.0, "relu": 0.9, "silu": 0.95}
 

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 
 from conftest import REPO, toy_ner_sentences, train_configs
-from xtremedistil_tf import pipeline
+from xtremedistil_tf.run import pipeline
 from xtremedistil_tf.data.loading import DataConfig
 from xtremedistil_tf.engine.resume import DEFAULT_SEED
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.teachers.cache import read_sharded
+from xtremedistil_tf.transfer.cache import read_sharded
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
 from xtremedistil_tf.students import StudentArch
-from xtremedistil_tf.training.multigrained import MultiGrainedConfig
-from xtremedistil_tf.training.staged import DistilConfig
-from xtremedistil_tf.training.student_run import load_student
+from xtremedistil_tf.methods.multigrained import MultiGrainedConfig
+from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.methods.student_run import load_student
 
 
 def write_conll(path, sentences):
@@ -132,7 +132,7 @@ def test_a_teacher_step_of_an_older_version_gets_its_decoded_scores_once(teacher
     `argmax_scores`; the teacher and its fingerprint stay; the run after that does nothing again."""
     import shutil
 
-    from xtremedistil_tf.workdir import STEP_FILE
+    from xtremedistil_tf.run.workdir import STEP_FILE
 
     cfg, _, _ = teacher_only_run
     shutil.copytree(cfg.work_dir, tmp_path / "work")
@@ -157,7 +157,7 @@ def test_a_teacher_step_of_an_older_version_gets_its_decoded_scores_once(teacher
 def test_an_older_crf_or_sentence_teacher_step_is_not_scored_again(tmp_path, head, data_format):
     """A CRF teacher's recorded scores are its Viterbi already: they only get their "decode"; a sentence
     teacher's are unchanged. Neither loads the teacher (there is none here)."""
-    from xtremedistil_tf.workdir import WorkDir
+    from xtremedistil_tf.run.workdir import WorkDir
 
     work = WorkDir(tmp_path)
     scores = {"dev": {"all": {"f1": 0.5}}, "test": {"all": {"f1": 0.25}}}
@@ -177,7 +177,7 @@ def test_student_is_distilled_saved_and_reloads(finished_run):
     model, meta, tokenizer = load_student(os.path.join(cfg.work_dir, "student"))
     assert meta.tags[-4:] == ["X", "[CLS]", "[SEP]", "[PAD]"] and meta.lower_case is True
     from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.training.student_run import evaluate_student
+    from xtremedistil_tf.methods.student_run import evaluate_student
 
     reloaded = evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length,
                                 pipeline.load_data(pipeline.WorkDir(cfg.work_dir))["test"], "IOB2")
@@ -344,8 +344,8 @@ def test_student_flags_left_unset_keep_the_method_configs_defaults(tmp_path, tin
 def test_report_probes_teacher_beside_student(finished_run, tmp_path):
     """report.md's probe table (issue 29 item 5): each probe in the served split, tagged by the teacher and the
     student, with the capitalised words the train split holds; the defaults are the run's languages' probes."""
-    from xtremedistil_tf.probes import DEFAULT_PROBES, as_sentence, probe_rows, probe_texts
-    from xtremedistil_tf.report import write_report
+    from xtremedistil_tf.run.probes import DEFAULT_PROBES, as_sentence, probe_rows, probe_texts
+    from xtremedistil_tf.run.report import write_report
 
     cfg, _ = finished_run
     probes = tmp_path / "probes.txt"

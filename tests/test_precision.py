@@ -12,9 +12,9 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, student_crf_constraints
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, finetune
 from xtremedistil_tf.teachers.model import build_teacher
-from xtremedistil_tf.training.multigrained import MultiGrainedConfig, train_multigrained, windows_dataset
+from xtremedistil_tf.methods.multigrained import MultiGrainedConfig, train_multigrained, windows_dataset
 from xtremedistil_tf.engine.precision import precision_policy
-from xtremedistil_tf.training.staged import train_student
+from xtremedistil_tf.methods.staged import train_student
 
 MIXED = ("mixed_float16", "mixed_bfloat16")
 

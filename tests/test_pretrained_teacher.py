@@ -253,7 +253,7 @@ def _write_conll(path, sentences):
 
 
 def _run_config(work_dir, corpus, teacher, train_file, student=None):
-    from xtremedistil_tf import pipeline
+    from xtremedistil_tf.run import pipeline
     from xtremedistil_tf.data.loading import DataConfig
     from xtremedistil_tf.teachers.finetune import FinetuneConfig
 
@@ -277,8 +277,8 @@ def corpus(tmp_path_factory):
 
 
 def test_teacher_step_uses_the_checkpoint_as_it_is(token_checkpoint, corpus, tmp_path, caplog):
-    from xtremedistil_tf import pipeline
-    from xtremedistil_tf.evaluate import score_by_language
+    from xtremedistil_tf.run import pipeline
+    from xtremedistil_tf.data.scoring import score_by_language
     from xtremedistil_tf.teachers.saved import load_teacher
 
     directory, original = token_checkpoint
@@ -303,12 +303,12 @@ def test_teacher_step_uses_the_checkpoint_as_it_is(token_checkpoint, corpus, tmp
 def test_empty_train_split_with_unlabeled_text(token_checkpoint, corpus, tmp_path):
     import tensorflow as tf
 
-    from xtremedistil_tf import pipeline
+    from xtremedistil_tf.run import pipeline
     from xtremedistil_tf.students import StudentArch
-    from xtremedistil_tf.teachers.cache import read_sharded
+    from xtremedistil_tf.transfer.cache import read_sharded
     from xtremedistil_tf.teachers.saved import load_teacher
-    from xtremedistil_tf.training.staged import DistilConfig
-    from xtremedistil_tf.training.student_run import distil, staged_sources
+    from xtremedistil_tf.methods.staged import DistilConfig
+    from xtremedistil_tf.methods.student_run import distil, staged_sources
 
     student = DistilConfig(arch=StudentArch(embedding_dim=8, hidden=8), epochs_per_layer=1, patience=1, batch_size=8,
                            strategy="D2")

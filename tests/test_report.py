@@ -5,13 +5,13 @@ import sys
 
 import pytest
 
-from xtremedistil_tf.report import write_report
+from xtremedistil_tf.run.report import write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _scores(f1s):
-    """Scores in the evaluate.py layout for {lang: f1}; precision/recall derived to be distinct."""
+    """Scores in the data/scoring.py layout for {lang: f1}; precision/recall derived to be distinct."""
     languages = {lang: {"f1": f1, "precision": f1 - 0.01, "recall": f1 + 0.01, "sentences": 10}
                  for lang, f1 in f1s.items()}
     mean = sum(f1s.values()) / len(f1s)
@@ -225,6 +225,6 @@ def test_predict_text_format():
 ])
 def test_which_teacher_scores_predate_the_decoded_ones(scores, older):
     """The one test, shared by the pipeline's upgrade of an old teacher step and the report of an old metrics.json."""
-    from xtremedistil_tf.evaluate import predates_decoded_teacher_scores
+    from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores
 
     assert predates_decoded_teacher_scores(scores) is older

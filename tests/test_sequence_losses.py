@@ -191,7 +191,7 @@ def test_token_emission_kd_is_eq10_cross_entropy_over_real_tokens():
 
 def test_unknown_token_loss_is_refused_naming_the_flag():
     from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.training.multigrained import MultiGrainedConfig
+    from xtremedistil_tf.methods.multigrained import MultiGrainedConfig
 
     s = np.zeros((1, 2, N), np.float32)
     with pytest.raises(ConfigError, match=r"^--token_loss='mse'; expected ce .* or kl$"):

@@ -14,10 +14,10 @@ from xtremedistil_tf.cli.evaluate import evaluate_model
 from xtremedistil_tf.data.alignment import TagVocab, encode
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import resplit
-from xtremedistil_tf.evaluate import char_spans
+from xtremedistil_tf.data.scoring import char_spans
 from xtremedistil_tf.export.predictor import load_serving_fn, predict
 from xtremedistil_tf.export.serving import export_student
-from xtremedistil_tf.training.student_run import predict_words, save_student
+from xtremedistil_tf.methods.student_run import predict_words, save_student
 
 
 def split_sentences(n, seed):

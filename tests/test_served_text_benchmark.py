@@ -8,7 +8,7 @@ import tensorflow as tf
 from xtremedistil_tf.benchmarks import latency, served_text
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.export.serving import NerServing
-from xtremedistil_tf.export.student import StudentMeta
+from xtremedistil_tf.students.artifact import StudentMeta
 from xtremedistil_tf.students.models import build_bilstm_student
 
 

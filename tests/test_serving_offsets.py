@@ -20,7 +20,7 @@ from conftest import REPO, TOY_LABELS
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.export.portable import read_lines, word_spans
 from xtremedistil_tf.export.serving import NerServing, valid_utf8
-from xtremedistil_tf.export.student import StudentMeta, read_vocab, write_student_dir
+from xtremedistil_tf.students.artifact import StudentMeta, read_vocab, write_student_dir
 from xtremedistil_tf.export.words import WordPieces, bert_char_classes, compute_char_classes
 from xtremedistil_tf.students.models import build_bilstm_student
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from subwords_helpers import tiny_mlm
 from xtremedistil_tf.losses.shared_projection import SharedProjections, layer_map, pair_variables
-from xtremedistil_tf.subwords.models import encoder_variables
+from xtremedistil_tf.methods.subwords.models import encoder_variables
 
 
 @pytest.fixture(scope="module")

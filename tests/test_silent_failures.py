@@ -109,10 +109,10 @@ def test_an_input_that_is_a_stream_is_fingerprinted_by_what_was_read(tmp_path, m
     """`--train_file=<(...)` or a FIFO: no size or mtime says whether it changed, so the data step
     hashes what it read; a rerun with other content is refused naming the file, never reused."""
     from test_work_dir_safety import make_corpus
-    from xtremedistil_tf import pipeline
+    from xtremedistil_tf.run import pipeline
     from xtremedistil_tf.data.loading import DataConfig
     from xtremedistil_tf.errors import ConfigError, DataFormatError
-    from xtremedistil_tf.workdir import STEP_FILE, WorkDir
+    from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir
 
     corpus = make_corpus(tmp_path / "corpus")
     pipe = corpus / "train.pipe"
@@ -175,7 +175,7 @@ def full_disk(*args, **kwargs):
 
 def test_a_full_disk_from_the_start_names_the_lock_file(tmp_path, monkeypatch):
     from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.lock import work_dir_lock
+    from xtremedistil_tf.run.lock import work_dir_lock
 
     monkeypatch.setattr(os, "pwrite", full_disk)
     with pytest.raises(ConfigError) as info:
@@ -193,9 +193,9 @@ def test_a_full_disk_from_the_start_names_the_lock_file(tmp_path, monkeypatch):
 ])
 def test_every_os_error_leaving_a_step_names_the_step_and_a_path(tmp_path, monkeypatch, error, message):
     """The teacher-output cache is written in place, outside run_step: its errors are named too."""
-    from xtremedistil_tf import pipeline
+    from xtremedistil_tf.run import pipeline
     from xtremedistil_tf.errors import WorkDirError
-    from xtremedistil_tf.workdir import WorkDir
+    from xtremedistil_tf.run.workdir import WorkDir
 
     def fails(*args, **kwargs):
         raise error
@@ -211,7 +211,7 @@ def test_every_os_error_leaving_a_step_names_the_step_and_a_path(tmp_path, monke
 
 def test_an_os_error_inside_run_step_names_the_step_and_its_dir(tmp_path):
     from xtremedistil_tf.errors import WorkDirError
-    from xtremedistil_tf.workdir import WorkDir
+    from xtremedistil_tf.run.workdir import WorkDir
 
     work = WorkDir(tmp_path / "w")
     with pytest.raises(WorkDirError, match=rf"^step data failed: {tmp_path / 'w' / 'data'}: Input/output error$"):
@@ -223,10 +223,10 @@ def test_an_os_error_inside_run_step_names_the_step_and_its_dir(tmp_path):
 
 def test_an_input_that_is_still_there_is_not_called_gone(tmp_path):
     from test_work_dir_safety import make_corpus
-    from xtremedistil_tf import pipeline
+    from xtremedistil_tf.run import pipeline
     from xtremedistil_tf.data.loading import DataConfig
     from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.workdir import WorkDir
+    from xtremedistil_tf.run.workdir import WorkDir
 
     corpus = make_corpus(tmp_path / "corpus")
     (corpus / "other.txt").write_text((corpus / "train.txt").read_text(encoding="utf-8") + "mary B-PER\n\n",
@@ -249,7 +249,7 @@ def test_an_input_that_is_still_there_is_not_called_gone(tmp_path):
 
 
 def test_a_work_dir_reached_through_a_symlink_keeps_its_own_name_in_the_report(tmp_path, monkeypatch):
-    from xtremedistil_tf.report import write_report
+    from xtremedistil_tf.run.report import write_report
 
     real = tmp_path / "wikiann-d42"
     real.mkdir()
@@ -277,7 +277,7 @@ def test_export_to_a_file_is_refused_before_any_model_is_loaded(tmp_path):
 
 
 def test_benchmark_help_lists_its_subcommands_first_one_line_each():
-    from xtremedistil_tf.benchmark import BENCHMARKS
+    from xtremedistil_tf.benchmarks.registry import BENCHMARKS
 
     proc = subprocess.run([sys.executable, str(REPO / "bin" / "benchmark"), "--help"], capture_output=True, text=True,
                           env=ENV, timeout=600)

@@ -6,12 +6,12 @@ import tensorflow as tf
 from conftest import TOY_LABELS, toy_ner_sentences
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.evaluate import entity_scores
+from xtremedistil_tf.data.scoring import entity_scores
 from xtremedistil_tf.students import build_bilstm_student, svd_reduce
 from xtremedistil_tf.engine.callbacks import BestSoFar
 from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages
-from xtremedistil_tf.training.staged import DistilConfig, make_dev_f1, predict_tags, stages_key, train_student
-from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
+from xtremedistil_tf.methods.staged import DistilConfig, make_dev_f1, predict_tags, stages_key, train_student
+from xtremedistil_tf.methods.strategies import STRATEGIES, get_strategy
 
 TEACHER_HIDDEN = 16
 EMBEDDING_DIM = 12
@@ -310,7 +310,7 @@ def test_logit_loss_counts_only_what_a_first_piece_teacher_was_trained_on(toy, m
 
 
 def test_teacher_argmax_labels_skip_the_pieces_a_first_piece_teacher_never_learned(toy):
-    from xtremedistil_tf.training.student_run import teacher_labeled
+    from xtremedistil_tf.methods.student_run import teacher_labeled
 
     data = _first_piece_teacher(toy, 0.0)
     pad = toy["tag_vocab"].pad_id

@@ -7,7 +7,7 @@ import xtremedistil_tf  # noqa: F401
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.students import (build_bilstm_classifier, build_bilstm_student,
                                       build_transformer_student, svd_reduce)
-from xtremedistil_tf.training.staged import predict_tags
+from xtremedistil_tf.methods.staged import predict_tags
 
 VOCAB, TAGS, TEACHER_HIDDEN = 40, 9, 10
 

@@ -25,7 +25,7 @@ def _tiny_teacher(directory, text):
     import tensorflow as tf
     from transformers import BertConfig, TFBertModel
 
-    from xtremedistil_tf.subwords.vocab import learn_vocab, save_vocab
+    from xtremedistil_tf.methods.subwords.vocab import learn_vocab, save_vocab
 
     save_vocab(learn_vocab(text, 200), directory)
     model = TFBertModel(BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

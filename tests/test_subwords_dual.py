@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from subwords_helpers import corpus, tokenizer_pair
-from xtremedistil_tf.subwords.dual import IGNORE, Specials, build_batch, dual_corpus
+from xtremedistil_tf.methods.subwords.dual import IGNORE, Specials, build_batch, dual_corpus
 
 
 @pytest.fixture(scope="module")

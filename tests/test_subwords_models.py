@@ -5,10 +5,10 @@ import pytest
 import tensorflow as tf
 
 from subwords_helpers import corpus, tiny_mlm, tokenizer_pair
-from xtremedistil_tf.subwords.dual import IGNORE, Specials, build_batch, dual_corpus
-from xtremedistil_tf.subwords.models import DualTeacher, load_student, save_student, word_embeddings
+from xtremedistil_tf.methods.subwords.dual import IGNORE, Specials, build_batch, dual_corpus
+from xtremedistil_tf.methods.subwords.models import DualTeacher, load_student, save_student, word_embeddings
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.subwords.train import DistillLMConfig, DualTrainer, masked_word_accuracy, train
+from xtremedistil_tf.methods.subwords.train import DistillLMConfig, DualTrainer, masked_word_accuracy, train
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from subwords_helpers import corpus
 
 
 def test_learned_vocabulary_has_the_requested_size_and_no_unk_on_training_words(tmp_path):
-    from xtremedistil_tf.subwords.vocab import learn_vocab, load_vocab_tokenizer, pieces_per_word, save_vocab
+    from xtremedistil_tf.methods.subwords.vocab import learn_vocab, load_vocab_tokenizer, pieces_per_word, save_vocab
 
     text = corpus()
     for size in (40, 90):
@@ -25,7 +25,7 @@ def test_learned_vocabulary_has_the_requested_size_and_no_unk_on_training_words(
 
 
 def test_saved_tokenizer_splits_like_the_learned_one_with_the_teachers_normalisation(tmp_path):
-    from xtremedistil_tf.subwords.vocab import learn_vocab, load_vocab_tokenizer, save_vocab
+    from xtremedistil_tf.methods.subwords.vocab import learn_vocab, load_vocab_tokenizer, save_vocab
 
     tokenizer = learn_vocab(corpus(), 80)
     save_vocab(tokenizer, tmp_path / "v")
@@ -38,7 +38,7 @@ def test_saved_tokenizer_splits_like_the_learned_one_with_the_teachers_normalisa
 
 
 def test_stats_count_overlap_and_pieces_per_word_by_brute_force(tmp_path):
-    from xtremedistil_tf.subwords.vocab import learn_vocab, load_vocab_tokenizer, save_vocab, vocab_stats
+    from xtremedistil_tf.methods.subwords.vocab import learn_vocab, load_vocab_tokenizer, save_vocab, vocab_stats
 
     text = corpus()
     for name, size in (("s", 50), ("t", 150)):
@@ -54,7 +54,7 @@ def test_stats_count_overlap_and_pieces_per_word_by_brute_force(tmp_path):
 
 def test_a_vocabulary_the_text_cannot_fill_is_refused():
     from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.subwords.vocab import learn_vocab
+    from xtremedistil_tf.methods.subwords.vocab import learn_vocab
 
     with pytest.raises(ConfigError, match="fewer than --vocab_size=5000"):
         learn_vocab([["ab", "ba"]], 5000)

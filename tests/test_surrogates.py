@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 
 from xtremedistil_tf.crf import ops
-from xtremedistil_tf.teachers.cache import read_sharded, write_sharded
+from xtremedistil_tf.transfer.cache import read_sharded, write_sharded
 from xtremedistil_tf.teachers.surrogates import SURROGATE_KEYS, make_surrogate_fn
 
 N, T = 3, 4

@@ -64,7 +64,7 @@ def test_benchmark_trains_both_on_the_same_data(tmp_path, pretrained_tiny_bert):
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert any(line.startswith("pipeline ") for line in lines) and any(line.startswith("reference ") for line in lines)
-    # The console of every command: no absl-formatted INFO lines (`I1125 07:25:26.949 ... workdir.py:185]`),
+    # The console of every command: no absl-formatted INFO lines (`I1125 07:25:26.949 ... run/workdir.py:185]`),
     # no transformers load notices, from the pipeline's teacher or from the reference loop.
     console = result.stdout + result.stderr
     assert not re.search(r"^[IW]\d{4} \d\d:\d\d:\d\d", console, re.M), console[-2000:]

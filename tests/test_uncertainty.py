@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.layers import EqualWeighting, UncertaintyWeighting, loss_weighting
+from xtremedistil_tf.losses.uncertainty import EqualWeighting, UncertaintyWeighting, loss_weighting
 
 LOSSES = np.array([0.7, 2.5, 0.05], np.float32)
 LOG_LAMBDAS = np.array([0.3, -1.2, 2.0], np.float32)

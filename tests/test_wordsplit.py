@@ -9,7 +9,7 @@ from xtremedistil_tf.data.loading import DataConfig, load_splits, read_jsonl, wr
 from xtremedistil_tf.data.schemes import tags_to_spans
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import continue_tags, divided_tokens, resplit, split_words, word_offsets
-from xtremedistil_tf.evaluate import char_spans
+from xtremedistil_tf.data.scoring import char_spans
 
 TOKENS = ["Mr", "O'Brien", "of", "St.John's", "U.S.", "Navy", "said", "''", "hi", "''"]
 # The expected words of TOKENS: O'Brien -> 3, St.John's -> 5 (a token divided into more than three parts inside a
@@ -134,7 +134,7 @@ def test_a_work_dir_made_before_the_split_is_refused_with_the_flag_that_reads_it
     """A data step made before --word_split (its fingerprint lacks the key) is refused by the default split, naming
     --word_split=none, and reused by it."""
     from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.workdir import WorkDir
+    from xtremedistil_tf.run.workdir import WorkDir
 
     old = DataConfig(data_dir="d", word_split="none").to_dict()
     work = WorkDir(tmp_path)

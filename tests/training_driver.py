@@ -95,7 +95,7 @@ def per_epoch(arrays, batch_size):
 
 def run_staged(distribution, checkpoint, killer):
     from xtremedistil_tf.students import build_bilstm_student
-    from xtremedistil_tf.training.staged import DistilConfig, make_dev_f1, train_student
+    from xtremedistil_tf.methods.staged import DistilConfig, make_dev_f1, train_student
 
     tok, vocab = tokenizer(), TagVocab(TOY_LABELS)
     splits = {"train": toy_ner_sentences(16, seed=11), "transfer": toy_ner_sentences(48, seed=12),
@@ -136,7 +136,7 @@ def multigrained_stream(vocab, windows, seed):
 
 def run_multigrained(distribution, checkpoint, killer):
     from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, student_crf_constraints
-    from xtremedistil_tf.training import multigrained as mg
+    from xtremedistil_tf.methods import multigrained as mg
 
     tok, vocab = tokenizer(), TagVocab(TOY_LABELS)
     train = encode(toy_ner_sentences(32, seed=21), tok, vocab, MAX_LEN)
@@ -162,8 +162,8 @@ def run_nas(distribution, checkpoint, killer):
     """KD-NAS distillation (hs+minilm) of a 1-layer BERT student from a random 2-layer teacher."""
     from transformers import BertConfig, TFBertModel
 
-    from xtremedistil_tf.nas.distill import DistillConfig, Distiller, build_student
-    from xtremedistil_tf.nas.space import Arch
+    from xtremedistil_tf.methods.nas.distill import DistillConfig, Distiller, build_student
+    from xtremedistil_tf.methods.nas.space import Arch
 
     tf.keras.utils.set_random_seed(0)
     with scope(distribution):
@@ -187,10 +187,10 @@ def run_nas(distribution, checkpoint, killer):
 def run_subwords(distribution, checkpoint, killer):
     """DualTrain+SharedProjUp (every term) on tiny BERTs, an engine epoch every 3 steps."""
     from subwords_helpers import corpus, tokenizer_pair
-    from xtremedistil_tf.subwords import dual
-    from xtremedistil_tf.subwords.models import DualTeacher, build_student, student_config
-    from xtremedistil_tf.subwords.train import DistillLMConfig, DualTrainer, train
-    from xtremedistil_tf.subwords.vocab import load_vocab_tokenizer
+    from xtremedistil_tf.methods.subwords import dual
+    from xtremedistil_tf.methods.subwords.models import DualTeacher, build_student, student_config
+    from xtremedistil_tf.methods.subwords.train import DistillLMConfig, DualTrainer, train
+    from xtremedistil_tf.methods.subwords.vocab import load_vocab_tokenizer
 
     # Learned once for every run of a test: the vocabulary trainer's ties fall differently by process.
     vocabs = Path(SPEC["out"]).parent / "subword_vocabs"

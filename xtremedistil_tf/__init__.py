@@ -4,7 +4,8 @@ from xtremedistil_tf import _env  # noqa: F401  (must run before TensorFlow is i
 # Importing the package registers every custom Keras object, so a saved student reloads with
 # tf.keras.models.load_model after `import xtremedistil_tf`. This loads TensorFlow; the data
 # readers alone (xtremedistil_tf.data.readers) do not need it but come with it.
-from xtremedistil_tf import crf, layers, students  # noqa: E402,F401
+from xtremedistil_tf import crf, losses, students  # noqa: E402,F401
+from xtremedistil_tf.losses import uncertainty as _uncertainty  # noqa: E402,F401
 from xtremedistil_tf.crf import layer as _crf_layer  # noqa: E402,F401
 from xtremedistil_tf.engine import schedules as _schedules  # noqa: E402,F401
 

@@ -1,1 +1,1 @@
-"""One module per benchmark subcommand (see xtremedistil_tf/benchmark.py)."""
+"""One module per benchmark subcommand (see xtremedistil_tf/benchmarks/registry.py)."""

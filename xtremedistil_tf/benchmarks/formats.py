@@ -143,8 +143,8 @@ def benchmark(work_dir, variants: Sequence[Tuple[str, str]] = VARIANTS, queries:
 
     from xtremedistil_tf.data.loading import read_jsonl
     from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.evaluate import char_spans, span_scores
-    from xtremedistil_tf.export.student import read_config
+    from xtremedistil_tf.data.scoring import char_spans, span_scores
+    from xtremedistil_tf.students.artifact import read_config
     from xtremedistil_tf.io import dir_size
 
     work_dir = Path(work_dir)

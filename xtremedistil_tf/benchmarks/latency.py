@@ -21,7 +21,7 @@ bin/export --xla_lengths serves); and `block`, whose BiLSTM is TensorFlow's fuse
 
 With `--work_dir=W` (and no `--students`) the student is W's own configuration (config.json's E and
 H), and the results go to W/latency.json (unless `--output_json`), where bin/report reads them to
-plot W's F1 against speedup (report.py, figure1.png).
+plot W's F1 against speedup (run/report.py, figure1.png).
 
 With `--latency_peers` the same run also times what a practitioner would deploy (benchmarks/peers.py):
 the teacher in ONNX Runtime float32 and dynamic int8 beside TensorFlow, each student as bin/export
@@ -44,7 +44,7 @@ from absl import flags
 
 from xtremedistil_tf.benchmarks.timing import BATCHES, LABELS, median_ms, query_batches
 from xtremedistil_tf.data.alignment import TagVocab
-from xtremedistil_tf.export.student import StudentMeta, served_model
+from xtremedistil_tf.students.artifact import StudentMeta, served_model
 from xtremedistil_tf.io import atomic_write_json, dir_size
 from xtremedistil_tf.students.layers import BlockBiLSTM, SequenceMask
 from xtremedistil_tf.students.models import HEADS_ON, build_bilstm_student
@@ -221,7 +221,7 @@ def string_signature_ms(student: tf.keras.Model, vocab_size: int, queries: int, 
     bin/export does it (export.serving.NerServing: the fused LSTM kernel, or with `xla_lengths` the
     unrolled BiLSTM under XLA), reloaded from disk."""
     from xtremedistil_tf.export.serving import NerServing
-    from xtremedistil_tf.export.student import StudentMeta
+    from xtremedistil_tf.students.artifact import StudentMeta
 
     vocab, texts = word_texts(vocab_size, queries, seq_length)
     module = NerServing(student, StudentMeta(labels=LABELS), vocab, xla_lengths=xla_lengths)

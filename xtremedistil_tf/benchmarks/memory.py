@@ -2,7 +2,7 @@
 
 Issue 9, item 6: the peak memory of student training must not grow with the transfer-set size.
 
-The cache: synthetic teacher outputs in the layout `teachers/multigrained_outputs.py` writes for
+The cache: synthetic teacher outputs in the layout `transfer/multigrained.py` writes for
 WikiAnn (T=64 pieces, N=11 piece tags, MiniLM's H=384 hidden states stored as float16, K=5 k-best
 paths), random values, written with `teachers.cache.write_sharded` in 1,000-window shards. The
 first 2,000 windows are labeled, the rest carry [PAD] tags (unlabeled transfer sentences), as in
@@ -16,7 +16,7 @@ at every size (compute equal, only the data size differs):
   code `bin/train --method=xtremedistil` runs, one epoch per unfreeze step, the transfer epoch cut
   to `--memory_steps` batches *after* the pipeline's shuffle (so the shuffle buffer fills from
   the whole cache, as in a real epoch); the labeled stage runs its 63 batches of 2,000 windows.
-- multigrained: the hard + seq_ce `MultiGrainedStep` of `training/multigrained.py` on the stream its
+- multigrained: the hard + seq_ce `MultiGrainedStep` of `methods/multigrained.py` on the stream its
   `train_multigrained` builds (`_stream`: select keys, shuffle with `shuffle_buffer`, batch,
   trim) over `read_sharded` of the cache, as `student_run.distil_multigrained` reads it, cut to
   `--memory_steps` batches after the shuffle; the epoch loop's bookkeeping and dev scoring are
@@ -97,7 +97,7 @@ def window_outputs(start: int, end: int, labeled: int = LABELED, seq: int = SEQ,
 
 def write_cache(directory, size: int, labeled: int = LABELED, **shape) -> dict:
     """A complete cache of `size` synthetic windows in `directory` (`write_sharded`, hidden as float16)."""
-    from xtremedistil_tf.teachers.cache import write_sharded
+    from xtremedistil_tf.transfer.cache import write_sharded
 
     return write_sharded(directory, size, lambda s, e: window_outputs(s, e, labeled, **shape),
                          shard_size=SHARD, batch_size=250, dtypes={"hidden": "float16"},
@@ -123,8 +123,8 @@ def train_staged(transfer_dir, dev_dir, steps: int) -> Dict[str, float]:
     import tensorflow as tf
 
     from xtremedistil_tf.students import build_bilstm_student
-    from xtremedistil_tf.training.staged import DistilConfig, train_student
-    from xtremedistil_tf.training.student_run import staged_sources
+    from xtremedistil_tf.methods.staged import DistilConfig, train_student
+    from xtremedistil_tf.methods.student_run import staged_sources
 
     config = DistilConfig(pad_id=PAD_ID, epochs_per_layer=1, patience=None, batch_size=BATCH, seed=0)
     tf.keras.utils.set_random_seed(config.seed)
@@ -140,8 +140,8 @@ def train_multigrained_steps(transfer_dir, steps: int, shuffle_buffer: int = 0) 
     import tensorflow as tf
 
     from xtremedistil_tf.students.crf_student import build_bilstm_crf_student
-    from xtremedistil_tf.teachers.cache import read_sharded
-    from xtremedistil_tf.training import multigrained as mg
+    from xtremedistil_tf.transfer.cache import read_sharded
+    from xtremedistil_tf.methods import multigrained as mg
 
     options = {"shuffle_buffer": shuffle_buffer} if shuffle_buffer else {}
     config = mg.MultiGrainedConfig(losses=("hard", "seq_ce"), batch_size=BATCH, kbest=KBEST, seed=0, **options)

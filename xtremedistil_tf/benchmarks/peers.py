@@ -112,7 +112,7 @@ def student_rows(trained: tf.keras.Model, name: str, ids: np.ndarray, vocab: Lis
     from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
     from xtremedistil_tf.export.formats import export_portable
     from xtremedistil_tf.export.serving import export_student
-    from xtremedistil_tf.export.student import StudentMeta, write_student_dir
+    from xtremedistil_tf.students.artifact import StudentMeta, write_student_dir
 
     root = workdir / name
     root.mkdir()

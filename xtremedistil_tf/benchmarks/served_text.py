@@ -30,7 +30,7 @@ from xtremedistil_tf.benchmarks import latency
 from xtremedistil_tf.benchmarks.timing import median_ms
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.export.serving import NerServing, valid_utf8
-from xtremedistil_tf.export.student import StudentMeta, served_model
+from xtremedistil_tf.students.artifact import StudentMeta, served_model
 from xtremedistil_tf.students.models import build_bilstm_student
 
 FLAGS = latency.FLAGS

@@ -22,12 +22,13 @@ from xtremedistil_tf.io import atomic_write_json
 log = logging.getLogger(__name__)
 
 
-def run(repeats: int) -> List[str]:
+def run(repeats: int, config_from_flags=None, log_to_work_dir=None) -> List[str]:
+    """``config_from_flags`` and ``log_to_work_dir`` are bin/train's (cli/train.py), passed down by
+    cli/benchmark.py: this benchmark takes bin/train's flags, and cli/ sits above benchmarks/."""
     del repeats  # one training run each; the F1s are the result
     from absl import flags
 
-    from xtremedistil_tf import pipeline
-    from xtremedistil_tf.cli import train as train_cli
+    from xtremedistil_tf.run import pipeline
     from xtremedistil_tf.benchmarks.reference_teacher import train_and_score
     from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS
     from xtremedistil_tf.errors import ConfigError
@@ -41,8 +42,10 @@ def run(repeats: int) -> List[str]:
     if not FLAGS.work_dir:
         FLAGS.work_dir = "runs/benchmark_teacher"
     FLAGS.student = False
-    cfg = train_cli.config_from_flags()
-    train_cli.log_to_work_dir(cfg.work_dir)
+    if config_from_flags is None:
+        raise ConfigError("bin/benchmark teacher reads bin/train's flags: run it through bin/benchmark")
+    cfg = config_from_flags()
+    log_to_work_dir(cfg.work_dir)
     start = time.time()
     metrics = pipeline.run(cfg)
     pipeline_wall = time.time() - start

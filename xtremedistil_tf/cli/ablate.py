@@ -27,8 +27,8 @@ import sys
 
 from absl import flags
 
-from xtremedistil_tf.ablate import ALL_STRATEGIES
-from xtremedistil_tf.ablate_multigrained import DEFAULT_VARIANTS, VARIANTS
+from xtremedistil_tf.run.ablate import ALL_STRATEGIES
+from xtremedistil_tf.run.ablate_multigrained import DEFAULT_VARIANTS, VARIANTS
 from xtremedistil_tf.cli import train as train_cli
 from xtremedistil_tf.cli.common import command, log_to_work_dir
 from xtremedistil_tf.errors import ConfigError
@@ -63,8 +63,8 @@ def _refuse_other_method_flag() -> None:
 
 
 def ablate() -> None:
-    from xtremedistil_tf.ablate import check_seeds, check_strategies, check_transfer_sizes, run_ablation, table3_markdown
-    from xtremedistil_tf.ablate_multigrained import check_variants, run_variants
+    from xtremedistil_tf.run.ablate import check_seeds, check_strategies, check_transfer_sizes, run_ablation, table3_markdown
+    from xtremedistil_tf.run.ablate_multigrained import check_variants, run_variants
 
     _refuse_other_method_flag()
     multigrained = FLAGS.method == "multigrained"

@@ -24,7 +24,7 @@ import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loa
 
 from xtremedistil_tf.benchmarks import formats, latency, memory  # noqa: E402
 from xtremedistil_tf.cli.common import flag_group, one_line, run_app, run_main  # noqa: E402
-from xtremedistil_tf.cli import train as _train_flags  # noqa: E402,F401  (bin/benchmark teacher takes bin/train's flags)
+from xtremedistil_tf.cli import train as _train_flags  # noqa: E402  (bin/benchmark teacher takes bin/train's flags)
 from xtremedistil_tf.errors import XtremeDistilError  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -37,7 +37,7 @@ formats.define_flags()
 
 
 def main(argv):
-    from xtremedistil_tf.benchmark import BENCHMARKS
+    from xtremedistil_tf.benchmarks.registry import BENCHMARKS
 
     names = argv[1:]
     unknown = [name for name in names if name not in BENCHMARKS]
@@ -56,7 +56,10 @@ def main(argv):
     def body() -> None:
         for name in names:
             try:
-                lines = BENCHMARKS[name](FLAGS.repeats)
+                # The teacher benchmark reads bin/train's flags through cli/train.py, which it may not import.
+                extra = ({"config_from_flags": _train_flags.config_from_flags,
+                          "log_to_work_dir": _train_flags.log_to_work_dir} if name == "teacher" else {})
+                lines = BENCHMARKS[name](FLAGS.repeats, **extra)
             except (ValueError, XtremeDistilError) as e:  # a bad flag value, e.g. --students=50-200
                 print(f"bin/benchmark {name}: {one_line(e)}", file=sys.stderr)
                 status[0] = 2

@@ -97,7 +97,7 @@ def read_words(split: str, cap: int):
 def size_table(student_cfg, teacher_cfg) -> str:
     """The paper's Table 1: encoder parameters (what fine-tuning loads, pooler included, MLM heads not)."""
     from xtremedistil_tf.io import markdown_table
-    from xtremedistil_tf.subwords.models import encoder_parameter_count
+    from xtremedistil_tf.methods.subwords.models import encoder_parameter_count
 
     t = encoder_parameter_count(teacher_cfg)
     rows = [[model, str(cfg.vocab_size), str(cfg.hidden_size), f"{params:,}", f"{params * 4 / 2**20:.1f}",
@@ -113,9 +113,9 @@ def distill() -> None:
     from xtremedistil_tf.engine.precision import precision_policy
     from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
     from xtremedistil_tf.io import atomic_write_json, atomic_write_text, read_json
-    from xtremedistil_tf.pipeline import resolve_teacher_path
-    from xtremedistil_tf.subwords import dual, models, train, vocab
-    from xtremedistil_tf.workdir import fingerprint_hash
+    from xtremedistil_tf.teachers.pretrained import resolve_teacher_path
+    from xtremedistil_tf.methods.subwords import dual, models, train, vocab
+    from xtremedistil_tf.run.workdir import fingerprint_hash
 
     check_flags()
     distribution = make_distribution(FLAGS.distribution)

@@ -46,7 +46,7 @@ from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import DEFAULT_WORD_SPLIT, apply_word_split
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
-from xtremedistil_tf.export.student import CLASSIFIER
+from xtremedistil_tf.students.artifact import CLASSIFIER
 from xtremedistil_tf.io import read_json, say_if_blocking
 
 OWN = "own"   # --decode of a token teacher's own decoding
@@ -196,7 +196,7 @@ def _check_task(path: Path, kind: str, sentences: Sequence[Sentence]) -> None:
 def _export_meta(path: Path):
     """The student.json an export carries (assets.extra/, export.serving), None if it has none."""
     from xtremedistil_tf.export.predictor import saved_model_dir
-    from xtremedistil_tf.export.student import read_config
+    from xtremedistil_tf.students.artifact import read_config
 
     extra = saved_model_dir(path) / "assets.extra"
     return read_config(extra) if (extra / "student.json").exists() else None
@@ -219,8 +219,8 @@ def _check_tags(path: Path, model_scheme: str, labels: Sequence[str], sentences:
 
 def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str, decode: str) -> Dict:
     from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.export.student import read_config
-    from xtremedistil_tf.training.student_run import evaluate_student, load_student
+    from xtremedistil_tf.students.artifact import read_config
+    from xtremedistil_tf.methods.student_run import evaluate_student, load_student
 
     meta = read_config(path)
     if meta.decoder != CLASSIFIER:
@@ -228,7 +228,7 @@ def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str, de
     model, meta, tokenizer = load_student(path)
     if meta.decoder == CLASSIFIER:
         from xtremedistil_tf.data.classification import ClassVocab
-        from xtremedistil_tf.training.classification import evaluate_classifier_student
+        from xtremedistil_tf.methods.classification import evaluate_classifier_student
 
         return evaluate_classifier_student(model, tokenizer, ClassVocab(meta.labels), meta.max_seq_length, sentences)
     return {"decode": decode, **evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length,
@@ -240,7 +240,7 @@ def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, por
     """Exact character-span scores of an exported model's entities on the sentences' raw text (its own
     tokenizer splits it into words): a SavedModel through its serving signature, an ONNX or TFLite export
     through its shipped predict.py (export/portable.py), in this process."""
-    from xtremedistil_tf.evaluate import char_spans, score_by_language, span_scores
+    from xtremedistil_tf.data.scoring import char_spans, score_by_language, span_scores
 
     if any(s.tags is None for s in sentences):
         raise ConfigError(f"{path} tags tokens; score it on tagged data, not --data_format=label_tsv")
@@ -264,7 +264,7 @@ def format_examples(sentences: Sequence[Sentence], served: Sequence[set], scheme
     """`count` sentences whose served entities equal the gold ones (those with three or more entities first, then
     two, then one, the shortest texts first: what reads as an example) and the first with an entity served wrong,
     each as its raw text with the gold and the served entities."""
-    from xtremedistil_tf.evaluate import char_spans
+    from xtremedistil_tf.data.scoring import char_spans
 
     gold = [char_spans(s, s.tags, scheme) for s in sentences]
     right = sorted((i for i, (g, p) in enumerate(zip(gold, served)) if g and g == p),

@@ -17,9 +17,9 @@ from absl import flags
 from xtremedistil_tf.cli.common import command, define_common_flags, define_execution_flags, int_list, log_to_work_dir
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses.hidden import MAPPINGS
-from xtremedistil_tf.nas.controller import ControllerConfig
-from xtremedistil_tf.nas.distill import OBJECTIVES, DistillConfig
-from xtremedistil_tf.nas.search import SearchConfig
+from xtremedistil_tf.methods.nas.controller import ControllerConfig
+from xtremedistil_tf.methods.nas.distill import OBJECTIVES, DistillConfig
+from xtremedistil_tf.methods.nas.search import SearchConfig
 
 FLAGS = flags.FLAGS
 log = logging.getLogger("nas_search")
@@ -89,7 +89,7 @@ define_execution_flags("--mode=distill's distillation (the search's proxy runs u
 
 
 def search_space(num_teacher_layers: int):
-    from xtremedistil_tf.nas.space import SearchSpace
+    from xtremedistil_tf.methods.nas.space import SearchSpace
 
     space = SearchSpace(*(tuple(int_list(name)) for name in ("layers", "heads", "hidden", "intermediate")),
                         tuple(FLAGS.activations))
@@ -107,7 +107,7 @@ class Context:
     """Teacher, text and latency table shared by the modes."""
 
     def __init__(self, train_sentences: int):
-        from xtremedistil_tf.nas.distill import encode_texts, load_teacher, read_texts, split_texts
+        from xtremedistil_tf.methods.nas.distill import encode_texts, load_teacher, read_texts, split_texts
 
         self.work = Path(FLAGS.work_dir)
         self.teacher, self.tokenizer, self.teacher_config = load_teacher(FLAGS.teacher)
@@ -130,7 +130,7 @@ class Context:
 
     def existing_latency_table(self):
         """The finished table when there is one (distill mode only reports latency), else None."""
-        from xtremedistil_tf.nas.latency import LatencyTable
+        from xtremedistil_tf.methods.nas.latency import LatencyTable
 
         path = self.latency_table_path()
         try:
@@ -139,7 +139,7 @@ class Context:
             return None
 
     def latency_table(self):
-        from xtremedistil_tf.nas.latency import build_latency_table
+        from xtremedistil_tf.methods.nas.latency import build_latency_table
 
         path = self.latency_table_path()
         rng = np.random.default_rng(FLAGS.seed)
@@ -151,8 +151,8 @@ class Context:
 
 def make_evaluator(ctx: Context, table):
     """Proxy mini-KD of one architecture -> {"loss", "latency_ms", "reward", "parameters", "train_loss"}."""
-    from xtremedistil_tf.nas.distill import describe, distil_arch
-    from xtremedistil_tf.nas.reward import reward
+    from xtremedistil_tf.methods.nas.distill import describe, distil_arch
+    from xtremedistil_tf.methods.nas.reward import reward
 
     config = distill_config(FLAGS.proxy_epochs, FLAGS.proxy_eager)
 
@@ -189,8 +189,8 @@ def random_baselines(ctx: Context, evaluate) -> list:
 
 
 def run_search_mode() -> None:
-    from xtremedistil_tf.nas.report import plot_loss_latency, write_report
-    from xtremedistil_tf.nas.search import run_search, top_records
+    from xtremedistil_tf.methods.nas.report import plot_loss_latency, write_report
+    from xtremedistil_tf.methods.nas.search import run_search, top_records
     from xtremedistil_tf.io import atomic_write_json
 
     ctx = Context(FLAGS.proxy_sentences)
@@ -225,8 +225,8 @@ def run_search_mode() -> None:
 
 def chosen_arch(work: Path):
     from xtremedistil_tf.io import read_json
-    from xtremedistil_tf.nas.search import top_records
-    from xtremedistil_tf.nas.space import Arch
+    from xtremedistil_tf.methods.nas.search import top_records
+    from xtremedistil_tf.methods.nas.space import Arch
 
     spec = FLAGS.arch
     if spec == "best" or spec.startswith("top:"):
@@ -245,8 +245,8 @@ def run_distill_mode() -> None:
     from xtremedistil_tf.engine.distribute import is_chief, make_distribution, scope_of, worker_work_dir
     from xtremedistil_tf.engine.precision import precision_policy
     from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
-    from xtremedistil_tf.nas.distill import build_student, describe, Distiller, save_student
-    from xtremedistil_tf.workdir import fingerprint_hash
+    from xtremedistil_tf.methods.nas.distill import build_student, describe, Distiller, save_student
+    from xtremedistil_tf.run.workdir import fingerprint_hash
 
     distribution = make_distribution(FLAGS.distribution)
     work = Path(worker_work_dir(FLAGS.work_dir, distribution))

@@ -1,4 +1,4 @@
-"""bin/report: work_dir/report.md with score tables and plots (xtremedistil_tf/report.py).
+"""bin/report: work_dir/report.md with score tables and plots (xtremedistil_tf/run/report.py).
 
     bin/report --work_dir=runs/demo [--latency_json=runs/bench/latency.json] [--probes=probes.txt]
 """
@@ -16,13 +16,13 @@ define_common_flags()
 flags.DEFINE_bool("summary", False, "Also print the run's summary table (what bin/train prints at its end) and "
                   "how to serve its export with TF Serving.")
 flags.DEFINE_string("probes", "", "Probe sentences for report.md's teacher-beside-student table, one raw text a line "
-                    "(default: a few sentences with rare names in each of the run's languages, probes.py).")
+                    "(default: a few sentences with rare names in each of the run's languages, run/probes.py).")
 flags.DEFINE_string("latency_json", "", "Latency results of `bin/benchmark latency --output_json` "
                                         "(default: <work_dir>/latency.json when it exists).")
 
 
 def report() -> None:
-    from xtremedistil_tf.report import read_metrics, write_report
+    from xtremedistil_tf.run.report import read_metrics, write_report
 
     if not FLAGS.work_dir:
         raise ConfigError("--work_dir is required")
@@ -30,7 +30,7 @@ def report() -> None:
     if not FLAGS.summary:
         print(path)
         return
-    from xtremedistil_tf.pipeline import summary_table
+    from xtremedistil_tf.run.pipeline import summary_table
 
     work = Path(FLAGS.work_dir)
     metrics, _, hint = read_metrics(work)

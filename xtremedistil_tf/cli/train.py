@@ -18,16 +18,16 @@ from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, D
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.data.schemes import SCHEMES
 from xtremedistil_tf.engine.resume import DEFAULT_SEED
-from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS
+from xtremedistil_tf.losses.uncertainty import LOSS_WEIGHTINGS
 from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.sequence import TOKEN_LOSSES
-from xtremedistil_tf.pipeline import RANDOM_ALIAS, RunConfig, TeacherConfig, TransferConfig, resolve_teacher_path
+from xtremedistil_tf.run.pipeline import RANDOM_ALIAS, RunConfig, TeacherConfig, TransferConfig, resolve_teacher_path
 from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, HEADS_ON, StudentArch
 from xtremedistil_tf.teachers.finetune import CRF_RECIPE, HEAD_INITS, SUPERVISIONS, FinetuneConfig, recipe_for
-from xtremedistil_tf.training.multigrained import LOSSES, MultiGrainedConfig
-from xtremedistil_tf.training.staged import DistilConfig
-from xtremedistil_tf.training.strategies import STRATEGIES
-from xtremedistil_tf.validation import check_overrides, check_ranges, check_tokenizer_files, teacher_config_of
+from xtremedistil_tf.methods.multigrained import LOSSES, MultiGrainedConfig
+from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.methods.strategies import STRATEGIES
+from xtremedistil_tf.run.validation import check_overrides, check_ranges, check_tokenizer_files, teacher_config_of
 
 FLAGS = flags.FLAGS
 
@@ -181,7 +181,7 @@ LEAST_VALUES = {**dict.fromkeys(("teacher_batch_size", "shard_size", "transfer_b
 def check_flags() -> dict:
     """Flag values and combinations that cannot work, found before any file is read or written;
     returns the parsed --teacher_config_overrides."""
-    from xtremedistil_tf.teachers.multigrained_outputs import check_kbest
+    from xtremedistil_tf.transfer.multigrained import check_kbest
 
     if not FLAGS.work_dir:
         raise ConfigError("--work_dir is required")
@@ -289,7 +289,7 @@ def student_from_flags():
 
 
 def train() -> None:
-    from xtremedistil_tf import pipeline
+    from xtremedistil_tf.run import pipeline
 
     cfg = config_from_flags()
     try:
@@ -297,7 +297,7 @@ def train() -> None:
     except OSError as e:  # a read-only or misplaced work dir, found before any step runs
         raise ConfigError(f"--work_dir={cfg.work_dir} cannot be written: {one_line(e)}") from None
     metrics = pipeline.run(cfg)
-    from xtremedistil_tf.report import write_report
+    from xtremedistil_tf.run.report import write_report
 
     report = write_report(cfg.work_dir)
     print(pipeline.summary_table(cfg.work_dir, metrics), file=sys.stdout, flush=True)

@@ -1,4 +1,4 @@
-"""The input files a run's data step reads, for the work dir's content fingerprint (workdir.py)."""
+"""The input files a run's data step reads, for the work dir's content fingerprint (run/workdir.py)."""
 from __future__ import annotations
 
 from typing import Dict

@@ -13,7 +13,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.export.student import clone_replacing
+from xtremedistil_tf.students.artifact import clone_replacing
 
 CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # Kept float32: the tag softmax, float32 under mixed precision too (students/models.py), so near-ties

@@ -41,7 +41,7 @@ def load_serving_fn(path) -> Callable:
         raise FileNotFoundError(f"{path} does not exist")
     if (path / "student.json").exists():
         from xtremedistil_tf.export.serving import NerServing
-        from xtremedistil_tf.export.student import read_config
+        from xtremedistil_tf.students.artifact import read_config
         from xtremedistil_tf.teachers.families import WORDPIECE
 
         if read_config(path).tokenizer_family != WORDPIECE:
@@ -64,7 +64,7 @@ class TextTagger:
     def __init__(self, student_dir, batch_size: int = 64, decode: str = "constrained"):
         from xtremedistil_tf.data.alignment import TagVocab
         from xtremedistil_tf.export.serving import NerServing
-        from xtremedistil_tf.training.student_run import load_student
+        from xtremedistil_tf.methods.student_run import load_student
 
         model, self.config, self.tokenizer = load_student(student_dir)
         self.module = NerServing(model, self.config, vocab=None, decode=decode)
@@ -81,7 +81,7 @@ class TextTagger:
         from xtremedistil_tf.data.alignment import length_batches
         from xtremedistil_tf.data.sentence import Sentence
         from xtremedistil_tf.data.wordsplit import split_words
-        from xtremedistil_tf.training.student_run import served_windows
+        from xtremedistil_tf.methods.student_run import served_windows
 
         # The served word split (data/wordsplit.py) and windows (a BiLSTM reads each text whole), as the export.
         words = [[(t[a:b], (a, b)) for a, b in offsets] for t, offsets in zip(texts, split_words(texts))]

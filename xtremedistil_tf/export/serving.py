@@ -26,7 +26,7 @@ from xtremedistil_tf.data.schemes import split_tag
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
 from xtremedistil_tf.export.bfloat16 import check_cpu, in_bfloat16
-from xtremedistil_tf.export.student import (CLASSIFIER, StudentMeta, block_bilstm, clone_replacing, check_servable,
+from xtremedistil_tf.students.artifact import (CLASSIFIER, StudentMeta, block_bilstm, clone_replacing, check_servable,
                                             load_student_dir, read_config, served_model)
 from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, pruned_embedding
 from xtremedistil_tf.export.words import WordPieces

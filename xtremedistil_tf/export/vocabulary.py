@@ -21,7 +21,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from xtremedistil_tf.errors import DataFormatError
-from xtremedistil_tf.export.student import Replacement
+from xtremedistil_tf.students.artifact import Replacement
 
 SPECIAL_PIECES = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

@@ -30,7 +30,7 @@ from xtremedistil_tf.losses.reduce import masked_mean
 DEFAULT_REPRESENTATION_LOSS = "mse"
 
 # The teacher-output cache's per-piece mask of the positions a teacher's logits were trained on
-# (present when the teacher learned each word's first piece only: teachers/outputs.py).
+# (present when the teacher learned each word's first piece only: transfer/outputs.py).
 TEACHER_MASK = "teacher_mask"
 
 

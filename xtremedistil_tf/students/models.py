@@ -14,7 +14,7 @@ and 43% fewer multiply-adds per token (docs/benchmarks.md, issue 6).
 Outputs, a dict: "projection" [B, T, H_T] (compared with the teacher's hidden states),
 "logits" [B, T, N] (regresses the teacher's logits), "probs" [B, T, N] (softmax over the tags,
 trained on labels). The layer names `word_embedding`, `bilstm`/`encoder`, `projection`,
-`logits`, `softmax` are what unfreezing schedules name (training/strategies.py).
+`logits`, `softmax` are what unfreezing schedules name (methods/strategies.py).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ EMBEDDINGS = ("svd", "random", "teacher")   # SVD of the teacher's word embeddin
 
 @dataclass
 class StudentArch:
-    """What a student of either method is built of (training/student_run.build_student). Paper
+    """What a student of either method is built of (methods/student_run.build_student). Paper
     defaults (Table 12): E=300 (SVD of the teacher's embeddings), H=2x600, dropout 0.2; its 35x
     configuration is E=50, H=200."""
 

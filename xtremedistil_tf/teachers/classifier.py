@@ -13,15 +13,13 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf.data.classification import ClassVocab, TextArrays, encode_texts, predict_by_length_texts
+from xtremedistil_tf.data.classification import ClassVocab, encode_texts, predict_by_length_texts
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.engine.resume import EpochCheckpoint
-from xtremedistil_tf.evaluate import class_scores, score_by_language
+from xtremedistil_tf.data.scoring import class_scores, score_by_language
 from xtremedistil_tf.losses.xtremedistil import cross_entropy
-from xtremedistil_tf.teachers.cache import write_sharded
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult, arrays_dataset, train_with_early_stopping
 from xtremedistil_tf.teachers.model import TokenTeacher, build_teacher
-from xtremedistil_tf.teachers.outputs import teacher_outputs_fn
 
 TASK = "classification"
 
@@ -93,21 +91,3 @@ def finetune_sequence_teacher(teacher: SequenceTeacher, tokenizer, train: Sequen
         teacher, dataset, len(arrays["input_ids"]),
         lambda: evaluate_sequence_teacher(teacher, tokenizer, dev)["all"]["f1"], config, log_dir=log_dir,
         checkpoint=checkpoint, distribution=distribution, callbacks=callbacks)
-
-
-def write_sequence_outputs(teacher: SequenceTeacher, arrays: TextArrays, out_dir, layer: int, fingerprint: dict,
-                           **cache_options) -> dict:
-    """Cache per text: input_ids, attention_mask [T], label_ids [], logits [C] and the [CLS] state
-    of hidden_states[layer] [H]; resumable like the token caches (teachers/cache.py)."""
-    run = teacher_outputs_fn(teacher, layer)
-
-    def compute(start: int, end: int) -> Dict[str, np.ndarray]:
-        mask = arrays.attention_mask[start:end]
-        length = max(1, int(mask.sum(1).max()))
-        logits, hidden = run(tf.constant(arrays.input_ids[start:end, :length]), tf.constant(mask[:, :length]))
-        return {"input_ids": arrays.input_ids[start:end], "attention_mask": mask,
-                # float32 whatever the precision policy computed them in (the cache's dtypes decide storage).
-                "label_ids": arrays.label_ids[start:end], "logits": logits.numpy().astype(np.float32),
-                "hidden": hidden.numpy().astype(np.float32)}
-
-    return write_sharded(out_dir, len(arrays), compute, fingerprint=fingerprint, **cache_options)

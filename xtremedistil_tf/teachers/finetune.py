@@ -14,7 +14,7 @@ from xtremedistil_tf.crf.decoding import WordDecoder
 from xtremedistil_tf.data.alignment import Windows, encode, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.evaluate import tag_scores
+from xtremedistil_tf.data.scoring import tag_scores
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
 from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint
@@ -56,7 +56,7 @@ class FinetuneConfig:
     # first_piece: the loss reads each word's first piece only, as the reference loop and most
     # hub checkpoints do (+1.47 test F1 over the papers' all_pieces on WikiAnn en at 1 epoch,
     # docs/benchmarks.md "Teacher recipe"); its cache marks those pieces, and the student's logit
-    # loss counts only them (teachers/outputs.py). all_pieces also trains X, [CLS] and [SEP].
+    # loss counts only them (transfer/outputs.py). all_pieces also trains X, [CLS] and [SEP].
     supervision: str = "first_piece"
     patience: int = 2
     seed: int = DEFAULT_SEED

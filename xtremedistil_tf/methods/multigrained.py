@@ -3,7 +3,7 @@
 One training stream of per-example dicts (`input_ids`, `attention_mask` [T] and the targets the
 enabled losses need):
 - the labeled windows alone (`label_ids` [T]): the vanilla BiLSTM+CRF with losses=("hard",);
-- the teacher-output cache of `teachers/multigrained_outputs.py` (`label_ids`, `logits` [T, N],
+- the teacher-output cache of `transfer/multigrained.py` (`label_ids`, `logits` [T, N],
   `kbest_tags` [K, T], `kbest_probs` [K], `kbest_valid` [K], `marginals` [T, N]) over the labeled
   windows, plus unlabeled ones for DA (their `label_ids` are [PAD] tags).
 
@@ -34,12 +34,12 @@ import tensorflow as tf
 
 from xtremedistil_tf.data.alignment import CompiledPerStudent, TagVocab, Windows, decode, predict_by_length
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.evaluate import entity_scores
-from xtremedistil_tf.layers.uncertainty import LOSS_WEIGHTINGS, loss_weighting
+from xtremedistil_tf.data.scoring import entity_scores
+from xtremedistil_tf.losses.uncertainty import LOSS_WEIGHTINGS, loss_weighting
 from xtremedistil_tf.losses import registry, sequence
 from xtremedistil_tf.losses.sequence import hard_targets
 from xtremedistil_tf.students.models import StudentArch
-from xtremedistil_tf.teachers.multigrained_outputs import check_kbest
+from xtremedistil_tf.transfer.multigrained import check_kbest
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
 from xtremedistil_tf.engine.resume import EpochCheckpoint

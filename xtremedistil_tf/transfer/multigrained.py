@@ -1,4 +1,4 @@
-"""Teacher outputs for multi-grained KD: the XtremeDistil cache (`teachers/outputs.py`) plus the
+"""Teacher outputs for multi-grained KD: the XtremeDistil cache (`transfer/outputs.py`) plus the
 CRF teacher's k-best surrogates (`teachers/surrogates.py`), computed in the same pass and written
 to the same sharded cache.
 
@@ -18,9 +18,9 @@ import numpy as np
 
 from xtremedistil_tf.data.alignment import Windows
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.teachers.cache import write_sharded
+from xtremedistil_tf.transfer.cache import write_sharded
 from xtremedistil_tf.teachers.crf_head import CRFTokenTeacher
-from xtremedistil_tf.teachers.outputs import compute_window_outputs, teacher_outputs_fn
+from xtremedistil_tf.transfer.outputs import compute_window_outputs, teacher_outputs_fn
 from xtremedistil_tf.teachers.surrogates import SurrogateFn
 
 MAX_KBEST = 15  # the paper's sweep (Fig. 4) goes up to K=15

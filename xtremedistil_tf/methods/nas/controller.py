@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.io import atomic_write_json, read_json
-from xtremedistil_tf.nas.space import Arch, SearchSpace
+from xtremedistil_tf.methods.nas.space import Arch, SearchSpace
 
 
 @dataclass

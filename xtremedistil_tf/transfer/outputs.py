@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from xtremedistil_tf.data.alignment import Windows
 from xtremedistil_tf.losses.xtremedistil import TEACHER_MASK
-from xtremedistil_tf.teachers.cache import write_sharded
+from xtremedistil_tf.transfer.cache import write_sharded
 
 
 def teacher_outputs_fn(teacher, layer: int, distribution=None):

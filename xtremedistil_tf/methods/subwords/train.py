@@ -31,8 +31,8 @@ from xtremedistil_tf.engine.schedules import warmup_adamw
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses.shared_projection import SharedProjections, pair_variables
 from xtremedistil_tf.losses.xtremedistil import cross_entropy
-from xtremedistil_tf.subwords.dual import DualSentence, Specials, build_batch
-from xtremedistil_tf.subwords.models import DualTeacher, encoder_variables, gather_masked, mlm_logits, word_embeddings
+from xtremedistil_tf.methods.subwords.dual import DualSentence, Specials, build_batch
+from xtremedistil_tf.methods.subwords.models import DualTeacher, encoder_variables, gather_masked, mlm_logits, word_embeddings
 
 VARIANTS: Dict[str, tuple] = {            # name -> (dual training, projection direction)
     "NoKD": (False, None),

@@ -5,7 +5,7 @@ step_transfer); every strategy is then distilled from the same cached teacher ou
 own resumable step dir, so a killed ablation resumes at the first unfinished strategy:
 
     work_dir/ablate/<strategy>/step.json        scores on dev/test, StagedHistory, timings
-    work_dir/ablate/<strategy>/                 the saved student (training/student_run.py layout)
+    work_dir/ablate/<strategy>/                 the saved student (methods/student_run.py layout)
     work_dir/ablate/D0/student-<lang>/          D0 with several languages: one student per language
     work_dir/ablate/seed-<n>/<strategy>/        with --seeds: the student of seed n (same layout)
     work_dir/ablate/[seed-<n>/]transfer-<N>/<strategy>/
@@ -29,7 +29,7 @@ D0 trains one student per language on that language's labeled windows, selected 
 language's dev windows, and scores each language with its own student. With one language (or
 none) D0 is a single student, the same as D0-S.
 
-The multi-grained method's ablation (its paper's Tables 1-3) is ablate_multigrained.py.
+The multi-grained method's ablation (its paper's Tables 1-3) is run/ablate_multigrained.py.
 """
 from __future__ import annotations
 
@@ -41,13 +41,13 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from xtremedistil_tf import pipeline
+from xtremedistil_tf.run import pipeline
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_text, markdown_table as _table
 from xtremedistil_tf.engine.precision import precision_policy
-from xtremedistil_tf.training.strategies import STRATEGIES, get_strategy
-from xtremedistil_tf.validation import MAX_SEED
-from xtremedistil_tf.workdir import WorkDir
+from xtremedistil_tf.methods.strategies import STRATEGIES, get_strategy
+from xtremedistil_tf.run.validation import MAX_SEED
+from xtremedistil_tf.run.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 
@@ -207,9 +207,9 @@ def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, la
     fingerprint = {**upstream, "student": pipeline.student_fingerprint(sc)}
 
     def build(tmp: Path) -> dict:
-        from xtremedistil_tf.evaluate import tag_scores
+        from xtremedistil_tf.data.scoring import tag_scores
         from xtremedistil_tf.teachers.saved import load_teacher
-        from xtremedistil_tf.training.student_run import predict_words, save_student
+        from xtremedistil_tf.methods.student_run import predict_words, save_student
 
         splits = pipeline.load_data(work)
         teacher, tokenizer = load_teacher(work.path("teacher") / "model")
@@ -276,9 +276,9 @@ def _distil_language(work: WorkDir, sc, teacher, tokenizer, dev_sentences, windo
     """One D0 student: labeled windows of `lang` from the transfer cache, selected on its dev windows."""
     import tensorflow as tf
 
-    from xtremedistil_tf.teachers.cache import read_sharded, subset
-    from xtremedistil_tf.training.staged import batched, make_dev_f1, train_student
-    from xtremedistil_tf.training.student_run import build_student, distil_config, served_windows
+    from xtremedistil_tf.transfer.cache import read_sharded, subset
+    from xtremedistil_tf.methods.staged import batched, make_dev_f1, train_student
+    from xtremedistil_tf.methods.student_run import build_student, distil_config, served_windows
 
     tf.keras.utils.set_random_seed(sc.seed)
     student = build_student(sc, teacher, scheme)
@@ -463,7 +463,7 @@ def curve_points(split: str, teacher: dict, curve: Dict[str, Dict[Optional[int],
 def transfer_section(work: WorkDir, split: str, teacher: dict, strategies: Sequence[str],
                      seeds: Optional[Sequence[int]], sizes: Sequence[int]) -> List[str]:
     """The report's transfer-set size section; writes its plot (CURVE_PLOT) beside the report."""
-    from xtremedistil_tf.report import plot_transfer_curve
+    from xtremedistil_tf.run.report import plot_transfer_curve
 
     unlabeled = len(pipeline.load_data(work)["transfer"])
     curve = transfer_results(work, strategies, seeds, sizes)

@@ -17,8 +17,8 @@ from xtremedistil_tf.data.loading import read_jsonl
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import split_words
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.evaluate import char_spans
-from xtremedistil_tf.export.student import CLASSIFIER, read_config
+from xtremedistil_tf.data.scoring import char_spans
+from xtremedistil_tf.students.artifact import CLASSIFIER, read_config
 from xtremedistil_tf.io import read_json
 
 # Names chosen to be rare in news, Wikipedia and tweets; report.md says which words of each the training data holds.
@@ -73,7 +73,7 @@ def probe_rows(work_dir, probes_file: Optional[str] = None) -> List[List[str]]:
     work dir has no tagging teacher and student."""
     from xtremedistil_tf.teachers.finetune import teacher_word_tags
     from xtremedistil_tf.teachers.saved import load_teacher
-    from xtremedistil_tf.training.student_run import load_student, predict_words
+    from xtremedistil_tf.methods.student_run import load_student, predict_words
 
     work_dir = Path(work_dir)
     teacher_dir, student_dir = work_dir / "teacher" / "model", work_dir / "student"

@@ -13,7 +13,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from xtremedistil_tf.subwords.vocab import plain_backend
+from xtremedistil_tf.methods.subwords.vocab import plain_backend
 
 IGNORE = -100   # label of a position that is not predicted
 

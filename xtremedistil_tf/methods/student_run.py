@@ -3,7 +3,7 @@
 Saved student layout (what `bin/export`, `bin/evaluate` and `load_student` read):
     dir/model/        the Keras model (SavedModel); `tf.keras.models.load_model` after `import xtremedistil_tf`
     dir/student.json  labels, piece tags, scheme, tokenizer casing, max_seq_length, architecture, decoder
-                      (`xtremedistil_tf.export.student.StudentMeta`)
+                      (`xtremedistil_tf.students.artifact.StudentMeta`)
     dir/tokenizer/    the teacher's tokenizer (`save_pretrained`, any family): the student reads the same pieces
     dir/vocab.txt     its WordPiece vocabulary, for the in-graph tokenizer of the served model (WordPiece
                       teachers only: bin/export serves no other family, teachers/families.py)
@@ -21,20 +21,20 @@ import tensorflow as tf
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode, encode_consecutive, predict_by_length, word_pieces
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.evaluate import tag_scores
+from xtremedistil_tf.data.scoring import tag_scores
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
-from xtremedistil_tf.export.student import StudentMeta, load_student_dir, write_student_dir
+from xtremedistil_tf.students.artifact import StudentMeta, load_student_dir, write_student_dir
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.xtremedistil import TEACHER_MASK, teacher_mask
 from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
 from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, StudentArch
-from xtremedistil_tf.teachers.cache import load_manifest, read_sharded, subset
+from xtremedistil_tf.transfer.cache import load_manifest, read_sharded, subset
 from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
-from xtremedistil_tf.training.multigrained import MultiGrainedConfig, make_crf_dev_f1, predict_tags_crf, train_multigrained
-from xtremedistil_tf.training.staged import (INPUT_KEYS, DistilConfig, batched, head_probs_fn, make_dev_f1,
+from xtremedistil_tf.methods.multigrained import MultiGrainedConfig, make_crf_dev_f1, predict_tags_crf, train_multigrained
+from xtremedistil_tf.methods.staged import (INPUT_KEYS, DistilConfig, batched, head_probs_fn, make_dev_f1,
                                              train_student)
-from xtremedistil_tf.training.strategies import get_strategy
+from xtremedistil_tf.methods.strategies import get_strategy
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
 from xtremedistil_tf.engine.tensorboard import EpochScalars, ScalarLog
@@ -182,7 +182,7 @@ def distil_staged(cfg: DistilConfig, build, evaluate_fn, tag_vocab, transfer_dir
                   transfer_keep: Optional[np.ndarray] = None, shared_stages=None):
     """A new student, `build()` under the run's seed, distilled with the configured strategy by
     the staged loop from the caches (`staged_sources`); returns (student, history). Taggers
-    (`distil`) and classifiers (training/classification.py) differ only in `build` and
+    (`distil`) and classifiers (methods/classification.py) differ only in `build` and
     `evaluate_fn` (dev F1 of a head). `transfer_keep`: staged_sources's; `shared_stages`:
     train_student's `shared`; `log_dir`: TensorBoard scalars of every epoch."""
     tf.keras.utils.set_random_seed(cfg.seed)
@@ -280,7 +280,7 @@ def lowercases(tokenizer) -> bool:
 
 def save_student(directory, student: tf.keras.Model, architecture: str, tokenizer, tag_vocab: TagVocab,
                  scheme: str, max_seq_length: int, decoder: str = "softmax") -> None:
-    """Write the layout above atomically (export/student.py defines student.json)."""
+    """Write the layout above atomically (students/artifact.py defines student.json)."""
     with atomic_dir(directory) as tmp:
         tokenizer.save_pretrained(str(tmp / "tokenizer"))
         family = tokenizer_family(tokenizer)

@@ -2,7 +2,7 @@
 
 A stage names its loss terms (loss, data source, weight), and its unfreeze schedule: a list of
 steps, top-down, each naming the layers that join the trainable set at that step. The staged loop
-(training/staged.py) freezes every layer at each step, unfreezes the layers of this and all earlier
+(methods/staged.py) freezes every layer at each step, unfreezes the layers of this and all earlier
 steps of the stage, trains and restores the best weights by dev loss.
 
 Sources: "train" is the labeled train set (CE on its labels); "transfer" is the unlabeled transfer

@@ -21,7 +21,7 @@ from typing import Dict, Tuple
 
 import tensorflow as tf
 
-from xtremedistil_tf.subwords.dual import IGNORE
+from xtremedistil_tf.methods.subwords.dual import IGNORE
 
 log = logging.getLogger(__name__)
 

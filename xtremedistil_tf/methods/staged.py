@@ -1,4 +1,4 @@
-"""The staged fit loop: runs any strategy of training/strategies.py on a student.
+"""The staged fit loop: runs any strategy of methods/strategies.py on a student.
 
 For each stage, for each unfreeze step: freeze every layer, unfreeze the layers of this step and
 of all earlier steps of the stage, compile a fresh Adam with cosine decay (1e-3 -> 1e-8 over the
@@ -32,7 +32,7 @@ from xtremedistil_tf.teachers.finetune import trim_to_longest
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.loop import Engine, replica_share
 from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint, SharedStages
-from xtremedistil_tf.training.strategies import Stage, Strategy, get_strategy
+from xtremedistil_tf.methods.strategies import Stage, Strategy, get_strategy
 
 log = logging.getLogger(__name__)
 
@@ -421,7 +421,7 @@ def make_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab,
     """An `evaluate_fn` for `train_student`: entity F1 on dev words of a student's head, its word tags
     decoded as the saved student's are (crf.decoding.WordDecoder, `decode`: constrained by default),
     so the F1 after a strategy's last step is the student's dev F1 in the pipeline's scores."""
-    from xtremedistil_tf.evaluate import entity_scores
+    from xtremedistil_tf.data.scoring import entity_scores
 
     probs_fns = CompiledPerStudent(head_probs_fn)
     decoder = WordDecoder(tag_vocab.tags, tag_vocab.labels, scheme, decode)

@@ -22,8 +22,8 @@ import numpy as np
 
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_json, read_json
-from xtremedistil_tf.nas.controller import Controller, ControllerConfig
-from xtremedistil_tf.nas.space import Arch, SearchSpace
+from xtremedistil_tf.methods.nas.controller import Controller, ControllerConfig
+from xtremedistil_tf.methods.nas.space import Arch, SearchSpace
 
 
 @dataclass

@@ -30,9 +30,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers and CI
 import matplotlib.pyplot as plt  # noqa: E402
 
-from xtremedistil_tf.evaluate import predates_decoded_teacher_scores  # noqa: E402
+from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores  # noqa: E402
 from xtremedistil_tf.io import atomic_dir, atomic_write_text, dir_size, markdown_table as _table, read_json  # noqa: E402
-from xtremedistil_tf.probes import probe_rows  # noqa: E402
+from xtremedistil_tf.run.probes import probe_rows  # noqa: E402
 
 PLOTS_DIR = "report_plots"
 

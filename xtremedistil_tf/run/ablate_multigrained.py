@@ -2,18 +2,18 @@
 
 `bin/ablate --method=multigrained` runs the data, teacher (BERT+CRF) and teacher-output (k-best
 surrogates) steps once, then distils one BiLSTM+CRF (or transformer+CRF) student per variant
-from the same cache, each its own resumable step (`ablate.py` does the same for XtremeDistil's
+from the same cache, each its own resumable step (`run/ablate.py` does the same for XtremeDistil's
 strategies):
 
     work_dir/ablate/<variant>/step.json   scores on dev/test, MultiGrainedHistory, timings
-    work_dir/ablate/<variant>/            the saved CRF student (training/student_run.py layout)
+    work_dir/ablate/<variant>/            the saved CRF student (methods/student_run.py layout)
     work_dir/ablate/seed-<n>/<variant>/   with --seeds: the student of seed n (same layout)
     work_dir/ablation.md                  Tables 1-3 (rewritten on each run: it is a summary)
 
 With --seeds (bin/ablate --method=multigrained --seeds=1,2,3) every variant is distilled once per
-seed from the same teacher and cache, as ablate.py does for the strategies; Tables 1-3 then give
+seed from the same teacher and cache, as run/ablate.py does for the strategies; Tables 1-3 then give
 the mean ± std over seeds, a Seeds table each seed's F1, and uncertainty against equal weighting
-is checked seed by seed (the report code is ablate.py's).
+is checked seed by seed (the report code is run/ablate.py's).
 
 A variant is data: the four MultiGrainedConfig settings it sets (arch.embeddings, losses,
 weighting, use_unlabeled). Every other student setting (K, epochs, sizes, rates) comes from the flags.
@@ -27,13 +27,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from xtremedistil_tf import pipeline
-from xtremedistil_tf.ablate import (REPORT, _over_seeds, _pct, _split, _summary_f1, check_names, check_seeds,
+from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.run.ablate import (REPORT, _over_seeds, _pct, _split, _summary_f1, check_names, check_seeds,
                                     ordering_table, seed_results, seeded_students, seeds_section, strategy_step,
                                     upstream_steps)
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_text, markdown_table as _table
-from xtremedistil_tf.workdir import WorkDir
+from xtremedistil_tf.run.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_json, read_json
-from xtremedistil_tf.nas.space import Arch, SearchSpace
+from xtremedistil_tf.methods.nas.space import Arch, SearchSpace
 
 TABLE_VERSION = 4
 

@@ -1,6 +1,6 @@
 """Distil a sentence-classification student (paper section 6.6) with any XtremeDistil strategy.
 
-The same staged loop as tagging (training/staged.py) runs on the BiLSTM classifier of
+The same staged loop as tagging (methods/staged.py) runs on the BiLSTM classifier of
 students/models.py, whose last states feed projection, logit regressor and softmax; the cache
 (teachers/classifier.py) holds per text the teacher's class logits and its [CLS] state at
 `--teacher_layer`. Steps are selected on dev loss; dev macro-F1 is recorded per step.
@@ -18,8 +18,8 @@ from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.students.models import build_bilstm_classifier
 from xtremedistil_tf.teachers.classifier import score_texts
-from xtremedistil_tf.training.staged import DistilConfig, EvaluateFn, head_argmax_fn
-from xtremedistil_tf.training.student_run import StudentConfig, distil_staged, student_embeddings
+from xtremedistil_tf.methods.staged import DistilConfig, EvaluateFn, head_argmax_fn
+from xtremedistil_tf.methods.student_run import StudentConfig, distil_staged, student_embeddings
 
 
 

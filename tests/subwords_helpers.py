@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from xtremedistil_tf.methods.subwords.models import build_student, student_config
+from xtremedistil_tf.methods.subwords.vocab import learn_vocab, load_vocab_tokenizer, save_vocab
+
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "be", "du"]
 
 
@@ -21,8 +24,6 @@ def corpus(n_sentences: int = 300, seed: int = 0):
 
 def tokenizer_pair(tmp_path, student_size: int = 60, teacher_size: int = 200):
     """(student, teacher) BertTokenizerFast learned on `corpus()`, the teacher's vocabulary larger."""
-    from xtremedistil_tf.methods.subwords.vocab import learn_vocab, load_vocab_tokenizer, save_vocab
-
     text = corpus()
     out = []
     for name, size in (("student", student_size), ("teacher", teacher_size)):
@@ -33,6 +34,4 @@ def tokenizer_pair(tmp_path, student_size: int = 60, teacher_size: int = 200):
 
 def tiny_mlm(vocab_size: int, hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0):
     """A built TFBertForMaskedLM with random weights, no dropout (deterministic outputs)."""
-    from xtremedistil_tf.methods.subwords.models import build_student, student_config
-
     return build_student(student_config(vocab_size, hidden, layers, heads, max_position=64, dropout=0.0), seed=seed)

@@ -1,21 +1,29 @@
 """bin/ablate and bin/evaluate on a tiny two-language WikiAnn-format corpus with a random tiny teacher."""
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
-
+import tensorflow as tf
 from conftest import REPO, toy_ner_sentences
-from xtremedistil_tf.run import ablate, pipeline
-from xtremedistil_tf.data.loading import DataConfig
+
+from xtremedistil_tf.data.alignment import TagVocab, encode
+from xtremedistil_tf.data.loading import DataConfig, check_data_config, load_splits
+from xtremedistil_tf.data.readers import read_wikiann_dirs
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.teachers.finetune import FinetuneConfig
-from xtremedistil_tf.students import StudentArch
+from xtremedistil_tf.methods import student_run
 from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.methods.student_run import evaluate_student, load_student
+from xtremedistil_tf.run import ablate, pipeline
 from xtremedistil_tf.run.workdir import WorkDir
+from xtremedistil_tf.students import StudentArch
+from xtremedistil_tf.teachers.finetune import FinetuneConfig
+from xtremedistil_tf.transfer.cache import read_sharded
 
 LANGS = ["en", "de"]
 SIZES = {"train": 60, "dev": 15, "test": 15}
@@ -202,8 +210,6 @@ def test_table4_of_a_representation_stage_has_no_f1():
 @END_TO_END
 def test_d0_trains_one_student_per_language_on_its_own_windows(ablation, tiny_tokenizer):
     cfg, _, _ = ablation
-    from xtremedistil_tf.data.alignment import TagVocab, encode
-    from xtremedistil_tf.transfer.cache import read_sharded
 
     work = WorkDir(cfg.work_dir)
     splits = pipeline.load_data(work)
@@ -229,8 +235,6 @@ def test_d0_scores_are_the_pipelines_scores_of_each_language_student(ablation):
     """D0's per-language F1 in step.json (and so in ablation.md) is what the pipeline's scoring
     (student_run.evaluate_student: the constrained word decoder) gives that language's student."""
     cfg, _, _ = ablation
-    from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.methods.student_run import evaluate_student, load_student
 
     test = pipeline.load_data(WorkDir(cfg.work_dir))["test"]
     recorded = info(cfg, "ablate/D0")["scores"]["test"]["languages"]
@@ -245,8 +249,6 @@ def test_d0_scores_are_the_pipelines_scores_of_each_language_student(ablation):
 def swapped_bi(student, tag_vocab):
     """`student` with the probabilities of B-X and I-X swapped for every type X: its argmax starts
     entities with I- after O, which the constrained decoder must replace."""
-    import tensorflow as tf
-
     tags = list(tag_vocab.tags)
     swap = {"B-": "I-", "I-": "B-"}
     perm = [tags.index(swap[t[:2]] + t[2:]) if t[:2] in swap and swap[t[:2]] + t[2:] in tags else i
@@ -260,11 +262,6 @@ def swapped_bi(student, tag_vocab):
 def test_d0_scores_decode_as_the_pipeline_where_argmax_would_differ(ablation, tmp_path, monkeypatch):
     """step_per_language scores with the pipeline's decoder (evaluate_student), on students whose
     argmax breaks the scheme: the recorded F1 is the constrained decoder's, not the argmax's."""
-    import shutil
-
-    from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.methods import student_run
-
     cfg, _, _ = ablation
     shutil.copytree(cfg.work_dir, tmp_path / "work")
     work = WorkDir(tmp_path / "work")
@@ -358,8 +355,6 @@ def test_bin_evaluate_gives_the_pipeline_scores(ablation, corpus, tmp_path):
         out["decoders"][1]
     assert rows["teacher"] == [pct(info(cfg, "teacher")["scores"]["test"]["f1_mean"]),
                                pct(info(cfg, "teacher")["argmax_scores"]["test"]["f1_mean"])]
-    from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.methods import student_run
 
     d1, meta, tokenizer = student_run.load_student(os.path.join(cfg.work_dir, "ablate", "D1"))
     test = pipeline.load_data(WorkDir(cfg.work_dir))["test"]
@@ -451,8 +446,6 @@ def test_seed_tables_give_mean_std_per_seed_values_and_the_ordering_seed_by_seed
 @END_TO_END
 def test_bin_ablate_seeds_trains_a_student_per_seed_from_one_teacher_and_reports_mean_std(ablation, corpus,
                                                                                          tiny_bert_dir, tmp_path):
-    import shutil
-
     cfg, _, _ = ablation
     work = tmp_path / "work"   # a copy of the shared run's teacher and cache: its own report stays as it is
     shutil.copytree(cfg.work_dir, work)
@@ -498,9 +491,6 @@ def test_bin_ablate_seeds_trains_a_student_per_seed_from_one_teacher_and_reports
 
 @END_TO_END
 def test_strategies_that_begin_alike_train_the_representation_stage_once(ablation, tmp_path, caplog):
-    import logging
-    import shutil
-
     cfg, _, _ = ablation
     work = tmp_path / "work"   # a copy of the shared run's teacher and cache
     shutil.copytree(cfg.work_dir, work)
@@ -519,9 +509,6 @@ def test_strategies_that_begin_alike_train_the_representation_stage_once(ablatio
 # ----------------------------------------------------------------------------- --transfer_from_train_rest
 
 def test_transfer_from_train_rest_is_the_rest_of_each_languages_train_file_without_labels(corpus):
-    from xtremedistil_tf.data.loading import load_splits
-    from xtremedistil_tf.data.readers import read_wikiann_dirs
-
     full = read_wikiann_dirs(str(corpus), LANGS, "train")
     cfg = DataConfig(format="wikiann", data_dir=str(corpus), langs=list(LANGS), max_train_sentences=20,
                      transfer_from_train_rest=25)
@@ -549,8 +536,6 @@ def test_transfer_from_train_rest_is_the_rest_of_each_languages_train_file_witho
     ({"transfer_from_train_rest": -1, "max_train_sentences": 5}, r"^--transfer_from_train_rest=-1; expected 0"),
 ])
 def test_transfer_from_train_rest_needs_a_labeled_cap(corpus, kwargs, message):
-    from xtremedistil_tf.data.loading import check_data_config
-
     with pytest.raises(ConfigError, match=message):
         check_data_config(DataConfig(format="wikiann", data_dir=str(corpus), langs=list(LANGS), **kwargs))
 

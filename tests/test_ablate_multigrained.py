@@ -7,15 +7,15 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from conftest import REPO
 from test_ablate import parse_tables, pct
 from test_pipeline import toy_corpus  # noqa: F401  (fixture: CoNLL train/test, 2 unlabeled lines)
-from xtremedistil_tf.run import ablate, pipeline
-from xtremedistil_tf.run import ablate_multigrained as mg
+
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.methods.multigrained import MultiGrainedConfig
 from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.run import ablate, pipeline
+from xtremedistil_tf.run import ablate_multigrained as mg
 
 SEQ = ("hard", "seq_fuzzy", "seq_ce")
 # The student rows of the paper's Table 1 and what they set: embeddings, losses, DA.
@@ -267,7 +267,6 @@ def test_bin_ablate_multigrained_resumes_and_reports_each_variant(tmp_path, toy_
 def test_bin_ablate_multigrained_seeds_trains_a_student_per_seed_and_reports_mean_std(tmp_path, toy_corpus,
                                                                                       tiny_bert_dir):
     # About 3 minutes of CPU on 2 cores: a teacher, its k-best cache, four CRF students.
-    import numpy as np
 
     work = tmp_path / "work"
     variants = ["TE+SEQ", "TE+SEQ@equal"]

@@ -16,12 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 from test_pipeline import toy_corpus  # noqa: F401  (a fixture, used by `corpus`)
+
+from xtremedistil_tf.cli.common import one_line
 from xtremedistil_tf.data.loading import DataConfig, check_data_config, load_splits
 from xtremedistil_tf.data.readers import READERS, read_dataset, read_labels
-from xtremedistil_tf.errors import ConfigError, DataFormatError
+from xtremedistil_tf.errors import ConfigError, DataFormatError, WorkDirError
+from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.run.workdir import WorkDir
 
 CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 CASES = json.loads((CORPUS / "cases.json").read_text(encoding="utf-8"))
@@ -157,10 +160,6 @@ def test_data_flags_that_cannot_work_are_refused_before_reading(fields, message)
 
 
 def test_a_step_that_fails_to_write_keeps_nothing_and_says_so(tmp_path):
-    from xtremedistil_tf.cli.common import one_line
-    from xtremedistil_tf.errors import WorkDirError
-    from xtremedistil_tf.run.workdir import WorkDir
-
     work = WorkDir(tmp_path / "w")
     work.run_step("data", {"a": 1}, lambda tmp: {"bytes": (tmp / "x").write_text("ok")})
     before = tree_digest(work.root)
@@ -360,9 +359,6 @@ def bin_train(args, **kwargs):
 
 
 def test_work_dir_of_another_config_is_refused_in_one_line_and_left_intact(tmp_path, corpus, tiny_bert_dir):
-    from xtremedistil_tf.run import pipeline
-    from xtremedistil_tf.run.workdir import WorkDir
-
     work = tmp_path / "work"
     flags = base_flags(corpus, tiny_bert_dir, work)
     data = DataConfig(data_dir=str(corpus), train_file="train.txt", test_file="test.txt", dev_fraction=0.2, seed=42)

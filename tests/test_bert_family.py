@@ -8,14 +8,42 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import REPO, TOY_LABELS, toy_ner_sentences, write_tiny_vocab
+from test_pipeline import write_conll
+from tokenizers import ByteLevelBPETokenizer, SentencePieceUnigramTokenizer
+from transformers import (
+    AutoTokenizer,
+    DistilBertConfig,
+    ElectraConfig,
+    RobertaConfig,
+    RobertaTokenizerFast,
+    TFAutoModel,
+    XLMRobertaTokenizerFast,
+)
+
+from xtremedistil_tf.cli.evaluate import evaluate_model
 from xtremedistil_tf.data.alignment import TagVocab, encode
+from xtremedistil_tf.data.loading import DataConfig
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.teachers.families import (BYTE_LEVEL_BPE, UNIGRAM, WORDPIECE, needs_prefix_space, tokenizer_family,
-                                               usable_positions)
-from xtremedistil_tf.teachers.model import check_teacher_dir, load_tokenizer
+from xtremedistil_tf.export.predictor import load_serving_fn, predict
+from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.methods.student_run import build_student
+from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.students import StudentArch
+from xtremedistil_tf.students.artifact import read_config
+from xtremedistil_tf.teachers.crf_head import set_embedding_dropout
+from xtremedistil_tf.teachers.families import (
+    BYTE_LEVEL_BPE,
+    UNIGRAM,
+    WORDPIECE,
+    needs_prefix_space,
+    tokenizer_family,
+    usable_positions,
+)
+from xtremedistil_tf.teachers.finetune import FinetuneConfig, layer_depth, parameter_groups
+from xtremedistil_tf.teachers.model import TokenTeacher, build_teacher, check_teacher_dir, load_tokenizer
+from xtremedistil_tf.transfer.cache import read_sharded
 
 MAX_LEN = 16
 
@@ -24,9 +52,6 @@ MAX_LEN = 16
 def roberta_dir(tmp_path_factory):
     """A tiny RoBERTa dir: a byte-level BPE tokenizer trained here on the toy words (mixed case), and
     a config whose 18 positions hold 16 pieces (no weights: the pipeline initialises it randomly)."""
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import RobertaConfig, RobertaTokenizerFast
-
     directory = tmp_path_factory.mktemp("roberta")
     texts = [" ".join(s.tokens) for s in toy_ner_sentences(60, seed=1)] + ["John lives in Paris, Mary in Berlin."]
     bpe = ByteLevelBPETokenizer()
@@ -43,8 +68,6 @@ def roberta_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def distilbert_dir(tmp_path_factory):
-    from transformers import DistilBertConfig
-
     directory = write_tiny_vocab(tmp_path_factory.mktemp("distilbert"))
     vocab_size = len((directory / "vocab.txt").read_text(encoding="utf-8").split())
     DistilBertConfig(vocab_size=vocab_size, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
@@ -53,8 +76,6 @@ def distilbert_dir(tmp_path_factory):
 
 
 def encoder_of(config):
-    from transformers import TFAutoModel
-
     encoder = TFAutoModel.from_config(config)
     encoder.build_in_name_scope()
     return encoder
@@ -63,8 +84,6 @@ def encoder_of(config):
 # ----------------------------------------------------------------------------- tokenizers and alignment
 
 def test_byte_level_tokenizer_takes_words_and_labels_their_first_piece(roberta_dir):
-    from transformers import AutoTokenizer
-
     tokenizer = load_tokenizer(str(roberta_dir))
     assert tokenizer_family(tokenizer) == BYTE_LEVEL_BPE and tokenizer.add_prefix_space
     assert (tokenizer.cls_token_id, tokenizer.pad_token_id, tokenizer.sep_token_id) == (0, 1, 2)
@@ -92,9 +111,6 @@ def test_byte_level_tokenizer_takes_words_and_labels_their_first_piece(roberta_d
 
 def test_sentencepiece_tokenizer_starts_each_word_with_its_marker(tmp_path):
     """XLM-R's Unigram model marks a word start with ▁ and needs no prefix space."""
-    from tokenizers import SentencePieceUnigramTokenizer
-    from transformers import XLMRobertaTokenizerFast
-
     unigram = SentencePieceUnigramTokenizer()
     unigram.train_from_iterator([" ".join(s.tokens) for s in toy_ner_sentences(60, seed=1)], vocab_size=60,
                                 special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], unk_token="<unk>")
@@ -131,8 +147,6 @@ def test_wordpiece_tokenizers_are_left_as_they_are(distilbert_dir):
 # ----------------------------------------------------------------------------- configs
 
 def test_position_budget_follows_the_model_type(roberta_dir, distilbert_dir):
-    from transformers import RobertaConfig
-
     assert usable_positions(RobertaConfig(max_position_embeddings=514, pad_token_id=1)) == 512
     check_teacher_dir(str(roberta_dir), need_weights=False, layer=2, max_seq_length=MAX_LEN)
     with pytest.raises(ConfigError, match=f"max_seq_length={MAX_LEN + 1} .*roberta uses {MAX_LEN}"):
@@ -145,9 +159,6 @@ def test_position_budget_follows_the_model_type(roberta_dir, distilbert_dir):
 def test_distilbert_teacher_trains_without_token_types(distilbert_dir):
     """A DistilBERT teacher (no token_type_ids, n_layers/dim config names): hidden states of every
     layer, a loss, and one optimizer per depth (embeddings, layer 0, layer 1) plus the head."""
-    from xtremedistil_tf.teachers.finetune import FinetuneConfig, parameter_groups
-    from xtremedistil_tf.teachers.model import build_teacher
-
     teacher, tokenizer = build_teacher(str(distilbert_dir), TOY_LABELS, MAX_LEN, random_init=True)
     assert (teacher.num_layers, teacher.hidden_size) == (2, 32)
     windows = encode(toy_ner_sentences(4, seed=5), tokenizer, teacher.tag_vocab, MAX_LEN)
@@ -164,11 +175,6 @@ def test_distilbert_teacher_trains_without_token_types(distilbert_dir):
 def test_every_encoder_variable_lands_at_its_depth(family):
     """Layer-wise decay: layer_._i at depth L-1-i, the embeddings (ELECTRA's projection included)
     at L; the CRF teacher's embedding dropout finds each family's embedding dropout."""
-    from transformers import DistilBertConfig, ElectraConfig, RobertaConfig
-
-    from xtremedistil_tf.teachers.crf_head import set_embedding_dropout
-    from xtremedistil_tf.teachers.finetune import layer_depth
-
     config = {"distilbert": DistilBertConfig(vocab_size=40, dim=32, n_layers=3, n_heads=2, hidden_dim=64),
               "roberta": RobertaConfig(vocab_size=40, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
                                        intermediate_size=64, type_vocab_size=1),
@@ -194,13 +200,6 @@ def test_every_encoder_variable_lands_at_its_depth(family):
 
 
 def test_electra_student_reduces_the_embedding_width_not_the_hidden():
-    from transformers import ElectraConfig
-
-    from xtremedistil_tf.teachers.model import TokenTeacher
-    from xtremedistil_tf.students import StudentArch
-    from xtremedistil_tf.methods.staged import DistilConfig
-    from xtremedistil_tf.methods.student_run import build_student
-
     teacher = TokenTeacher(encoder_of(ElectraConfig(vocab_size=40, embedding_size=16, hidden_size=32,
                                                     num_hidden_layers=2, num_attention_heads=2,
                                                     intermediate_size=64)), TagVocab(TOY_LABELS), MAX_LEN)
@@ -216,14 +215,6 @@ def test_electra_student_reduces_the_embedding_width_not_the_hidden():
 
 @pytest.fixture(scope="module")
 def roberta_run(tmp_path_factory, roberta_dir):
-    from test_pipeline import write_conll
-
-    from xtremedistil_tf.run import pipeline
-    from xtremedistil_tf.data.loading import DataConfig
-    from xtremedistil_tf.teachers.finetune import FinetuneConfig
-    from xtremedistil_tf.students import StudentArch
-    from xtremedistil_tf.methods.staged import DistilConfig
-
     corpus = tmp_path_factory.mktemp("corpus")
     write_conll(corpus / "train.txt", toy_ner_sentences(40, seed=3))
     write_conll(corpus / "test.txt", toy_ner_sentences(12, seed=4))
@@ -243,9 +234,6 @@ def roberta_run(tmp_path_factory, roberta_dir):
 
 
 def test_roberta_teacher_runs_end_to_end(roberta_run):
-    from xtremedistil_tf.students.artifact import read_config
-    from xtremedistil_tf.transfer.cache import read_sharded
-
     work, metrics = roberta_run
     assert metrics["teacher"]["scores"]["test"]["all"]["sentences"] == 12
     cached = next(read_sharded(work / "transfer").as_numpy_iterator())
@@ -260,9 +248,6 @@ def test_roberta_teacher_runs_end_to_end(roberta_run):
 
 
 def test_roberta_student_evaluates_and_predicts_one_tag_per_word(roberta_run):
-    from xtremedistil_tf.cli.evaluate import evaluate_model
-    from xtremedistil_tf.export.predictor import load_serving_fn, predict
-
     work, metrics = roberta_run
     # bin/evaluate reloads the saved student and its BPE tokenizer: the pipeline's own test scores.
     scores = evaluate_model(work / "student", toy_ner_sentences(12, seed=4), "IOB2")

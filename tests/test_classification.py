@@ -5,19 +5,26 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import toy_texts
-from xtremedistil_tf.run import pipeline
+
+from xtremedistil_tf.cli.evaluate import evaluate_model, format_scores
 from xtremedistil_tf.data.classification import NO_LABEL, ClassVocab, class_labels_of, encode_texts
 from xtremedistil_tf.data.loading import DataConfig
 from xtremedistil_tf.data.readers import read_label_tsv
+from xtremedistil_tf.data.scoring import class_scores
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError, DataFormatError
-from xtremedistil_tf.data.scoring import class_scores
-from xtremedistil_tf.teachers.finetune import FinetuneConfig
-from xtremedistil_tf.students import StudentArch
-from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.export.serving import export_student
+from xtremedistil_tf.methods.classification import evaluate_classifier_student
+from xtremedistil_tf.methods.staged import DistilConfig, _resolve_layers
+from xtremedistil_tf.methods.strategies import get_strategy
 from xtremedistil_tf.methods.student_run import load_student
+from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.students import StudentArch
+from xtremedistil_tf.students.models import build_bilstm_classifier
+from xtremedistil_tf.teachers.finetune import FinetuneConfig
+from xtremedistil_tf.transfer.cache import read_sharded
+
 
 def write_lines(path, lines):
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -117,8 +124,6 @@ def test_teacher_and_student_learn_the_texts_classes(classification_run):
 
 
 def test_cache_holds_sentence_level_targets(classification_run):
-    from xtremedistil_tf.transfer.cache import read_sharded
-
     cfg, _ = classification_run
     examples = list(read_sharded(os.path.join(cfg.work_dir, "transfer")).as_numpy_iterator())
     assert examples[0]["logits"].shape == (3,) and examples[0]["hidden"].shape == (32,)
@@ -135,10 +140,6 @@ def test_staged_loop_ran_every_stage_with_dev_f1(classification_run):
 
 def test_gradual_unfreezing_resolves_on_the_classifier():
     """D4.2's steps name the classifier's layers, top-down, ending with every layer trainable."""
-    from xtremedistil_tf.students.models import build_bilstm_classifier
-    from xtremedistil_tf.methods.staged import _resolve_layers
-    from xtremedistil_tf.methods.strategies import get_strategy
-
     classifier = build_bilstm_classifier(50, 3, embedding_dim=8, hidden=8, teacher_hidden=16)
     for stage in get_strategy("D4.2").stages[1:]:
         steps = [_resolve_layers(step, classifier) for step in stage.unfreeze]
@@ -148,9 +149,6 @@ def test_gradual_unfreezing_resolves_on_the_classifier():
 
 
 def test_saved_classifier_reloads_with_keras_and_predicts_the_same(classification_run):
-    import xtremedistil_tf  # noqa: F401  (registers the custom layers)
-    from xtremedistil_tf.methods.classification import evaluate_classifier_student
-
     cfg, metrics = classification_run
     student_dir = os.path.join(cfg.work_dir, "student")
     model, meta, tokenizer = load_student(student_dir)
@@ -165,8 +163,6 @@ def test_saved_classifier_reloads_with_keras_and_predicts_the_same(classificatio
 
 
 def test_bin_evaluate_scores_both_models(classification_run):
-    from xtremedistil_tf.cli.evaluate import evaluate_model, format_scores
-
     cfg, metrics = classification_run
     test = pipeline.load_data(pipeline.WorkDir(cfg.work_dir))["test"]
     teacher = evaluate_model(os.path.join(cfg.work_dir, "teacher", "model"), test, "IOB2")
@@ -177,8 +173,6 @@ def test_bin_evaluate_scores_both_models(classification_run):
 
 
 def test_classifier_is_refused_by_the_tagging_export(classification_run):
-    from xtremedistil_tf.export.serving import export_student
-
     cfg, _ = classification_run
     with pytest.raises(ConfigError, match="sentence classifier"):
         export_student(os.path.join(cfg.work_dir, "student"), os.path.join(cfg.work_dir, "export"))
@@ -195,8 +189,6 @@ def test_crf_teacher_head_is_refused_for_classification(tmp_path, tiny_bert_dir)
 
 
 def test_bin_evaluate_refuses_data_of_the_other_task(classification_run):
-    from xtremedistil_tf.cli.evaluate import evaluate_model
-
     cfg, _ = classification_run
     tagged = [Sentence(["john", "is"], ["B-PER", "O"])]
     with pytest.raises(ConfigError, match="sentence classifier.*label_tsv"):

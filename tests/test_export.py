@@ -10,21 +10,41 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import (
+    EXPORT_TEXTS,
+    REPO,
+    TOY_LABELS,
+    o_iper_student,
+    stderr_line_of,
+    sticky_crf_student,
+    toy_ner_sentences,
+)
 
-from conftest import (EXPORT_TEXTS, REPO, TOY_LABELS, o_iper_student, stderr_line_of, sticky_crf_student,
-                      toy_ner_sentences)
+from xtremedistil_tf.cli.evaluate import evaluate_model, format_scores
+from xtremedistil_tf.crf.decoding import WordDecoder
 from xtremedistil_tf.data.alignment import TagVocab, encode, word_pieces
 from xtremedistil_tf.data.schemes import spans_to_tags, tags_to_spans, validate_tags
+from xtremedistil_tf.data.scoring import char_spans, entity_scores
 from xtremedistil_tf.data.sentence import Sentence
-from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.data.scoring import entity_scores
-from xtremedistil_tf.crf.decoding import WordDecoder
+from xtremedistil_tf.errors import ConfigError, DataFormatError
+from xtremedistil_tf.export import bfloat16
+from xtremedistil_tf.export.bfloat16 import cpu_has_bf16, in_bfloat16
+from xtremedistil_tf.export.formats import check_format
 from xtremedistil_tf.export.predictor import load_serving_fn, predict
-from xtremedistil_tf.export.serving import (NerServing, decode_spans, dense_index, export_student, padded, tag_tables,
-                                            windows_of)
-from xtremedistil_tf.students.artifact import StudentMeta, read_vocab, write_student_dir
-from xtremedistil_tf.students.models import build_bilstm_student, build_transformer_student
+from xtremedistil_tf.export.serving import (
+    NerServing,
+    decode_spans,
+    dense_index,
+    export_student,
+    padded,
+    tag_tables,
+    windows_of,
+)
+from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts
 from xtremedistil_tf.methods.student_run import evaluate_student
+from xtremedistil_tf.students.artifact import StudentMeta, read_vocab, write_student_dir
+from xtremedistil_tf.students.layers import BlockBiLSTM
+from xtremedistil_tf.students.models import build_bilstm_student, build_transformer_student
 
 TAG_VOCAB = TagVocab(TOY_LABELS)
 # CJK characters are words of their own, as in BERT's basic tokenizer; other words split at punctuation.
@@ -325,9 +345,6 @@ def test_bfloat16_bilstm_scans_each_rows_real_pieces_as_the_fused_kernel():
     """BlockLSTMV2 has no bfloat16 kernel: a bfloat16 BlockBiLSTM runs tf.scan, which gives the fused
     kernel's states to bfloat16 precision on rows of different lengths (the backward direction starts at
     each row's last real piece; weights large enough that a wrong start would show)."""
-    from xtremedistil_tf.export.bfloat16 import in_bfloat16
-    from xtremedistil_tf.students.layers import BlockBiLSTM
-
     inputs, mask = tf.keras.Input((None, 6)), tf.keras.Input((None,), dtype=tf.bool)
     model = tf.keras.Model([inputs, mask], BlockBiLSTM(5, name="bilstm")(inputs, mask=mask))
     rng = np.random.default_rng(3)
@@ -347,10 +364,6 @@ def test_bfloat16_bilstm_scans_each_rows_real_pieces_as_the_fused_kernel():
 def test_bfloat16_is_refused_in_one_line_on_cpus_without_bfloat16_units(tmp_path, monkeypatch):
     """cpu_has_bf16 reads the CPU flags (a file injected here); without avx512_bf16 or amx_bf16 the
     bfloat16 SavedModel is refused before the student is read. Runs on every CPU."""
-    from xtremedistil_tf.export import bfloat16
-    from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
-    from xtremedistil_tf.export.formats import check_format
-
     no_bf16, avx512_bf16, amx = tmp_path / "cpuinfo_avx2", tmp_path / "cpuinfo_avx512_bf16", tmp_path / "cpuinfo_amx"
     no_bf16.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
     avx512_bf16.write_text("flags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
@@ -385,8 +398,6 @@ def test_states_heads_bypass_the_projection(tiny_tokenizer):
 def test_pruned_vocabulary_serves_its_corpus_unchanged(student, tmp_path):
     """--prune_vocab: the corpus's texts give the same tags and spans with fewer embedding rows;
     a word whose pieces were dropped splits into kept characters, not [UNK]."""
-    from xtremedistil_tf.export.vocabulary import kept_piece_ids, piece_counts
-
     model, student_dir = student
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"tokens": "john was in paris .".split()}) + "\n"
@@ -448,9 +459,6 @@ def test_xla_lengths_errors(student, tiny_tokenizer, tiny_tokenizer_dir):
 
 
 def test_prune_corpus_errors_name_file_and_line(tmp_path):
-    from xtremedistil_tf.errors import DataFormatError
-    from xtremedistil_tf.export.vocabulary import corpus_texts
-
     bad = tmp_path / "train.jsonl"
     bad.write_text('{"tokens": ["a"]}\n{"tags": ["O"]}\n', encoding="utf-8")
     with pytest.raises(DataFormatError, match=r"train\.jsonl:2: expected a JSON object"):
@@ -462,10 +470,6 @@ def test_prune_corpus_errors_name_file_and_line(tmp_path):
 def test_evaluate_scores_an_export_like_its_student(student, exported, tiny_tokenizer):
     """bin/evaluate on an exported model: exact character spans of the served entities give the
     Keras student's word-level seqeval scores when every token is one word."""
-    from xtremedistil_tf.cli.evaluate import evaluate_model, format_scores
-    from xtremedistil_tf.data.sentence import Sentence
-    from xtremedistil_tf.data.scoring import char_spans
-
     assert char_spans(Sentence(["John", "Smith", "in", "Paris"]), ["B-PER", "I-PER", "O", "B-LOC"]) == \
         {(0, 10, "PER"), (14, 19, "LOC")}
     # Words re-split from "O'Brien in St. Louis": spans index the raw text, not the words joined by spaces.
@@ -488,8 +492,6 @@ def test_evaluate_scores_an_export_like_its_student(student, exported, tiny_toke
 def test_evaluate_refuses_tags_outside_the_label_set_for_an_export_as_for_its_student(student, exported):
     """Issue 16, item 9: an export scored on data of other labels is refused before it loads, in the
     same words as its student dir (it used to score F1 0 and exit 0)."""
-    from xtremedistil_tf.cli.evaluate import evaluate_model
-
     sentences = [Sentence(["john", "says", "hallo"], ["B-PER", "O", "B-MISC"])]
     for model_dir in (exported.parent, student[1]):
         with pytest.raises(ConfigError) as info:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 import pytest
 import tensorflow as tf
 
@@ -119,9 +121,6 @@ def test_tflite_cuts_texts_longer_than_its_longest_length_into_windows(serving, 
 def _quantized_tensor_types(exported):
     """Element types of the stored weights: numpy dtypes of ONNX initializers, or of TFLite tensors."""
     if exported.model_file.suffix == ".onnx":
-        import onnx
-        from onnx import numpy_helper
-
         return {numpy_helper.to_array(t).dtype for t in onnx.load(str(exported.model_file)).graph.initializer}
     interpreter = litert.Interpreter(model_path=str(exported.model_file))
     return {np.dtype(d["dtype"]) for d in interpreter.get_tensor_details()}

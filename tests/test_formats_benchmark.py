@@ -2,9 +2,12 @@
 import shutil
 
 import pytest
-
 from conftest import toy_ner_sentences
+
+from xtremedistil_tf.benchmarks.formats import VARIANTS, benchmark
 from xtremedistil_tf.data.loading import write_jsonl
+from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
+from xtremedistil_tf.export.serving import NerServing
 
 pytest.importorskip("tf2onnx", reason="tf2onnx is not installed (requirements.txt pins it)")
 pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (requirements.txt pins it)")
@@ -14,9 +17,6 @@ pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is not 
 def _table(tmp_path, toy_student_dir, variants):
     """bin/benchmark formats' (lines, rows, rows by variant, the student's served parameters) on a tiny
     work dir: the toy student and 60 toy test sentences."""
-    from xtremedistil_tf.benchmarks.formats import benchmark
-    from xtremedistil_tf.export.serving import NerServing
-
     work = tmp_path / "work"
     shutil.copytree(toy_student_dir, work / "student")
     (work / "data").mkdir()
@@ -31,8 +31,6 @@ def _table(tmp_path, toy_student_dir, variants):
 def test_formats_table_of_saved_model_bfloat16_and_onnx(tmp_path, toy_student_dir):
     """The default tier's table: a TensorFlow row, a bfloat16 row (refused where the CPU lacks bfloat16
     units) and an onnxruntime row; the slow test below has every variant."""
-    from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
-
     variants = [("saved_model", "none"), ("saved_model", "bfloat16"), ("onnx", "none")]
     lines, rows, by, parameters = _table(tmp_path, toy_student_dir, variants)
     if cpu_has_bf16():
@@ -51,9 +49,6 @@ def test_formats_table_of_saved_model_bfloat16_and_onnx(tmp_path, toy_student_di
 
 @pytest.mark.slow
 def test_formats_table_on_a_tiny_work_dir(tmp_path, toy_student_dir):
-    from xtremedistil_tf.benchmarks.formats import VARIANTS
-    from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
-
     # All but TFLite int8 (tests/test_export_formats.py checks it), to keep the test short.
     variants = [v for v in VARIANTS if v != ("tflite", "dynamic_int8")]
     lines, rows, by, parameters = _table(tmp_path, toy_student_dir, variants)

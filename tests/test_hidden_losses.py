@@ -4,10 +4,18 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
+from transformers import BertConfig, TFBertModel
 
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.losses.hidden import (HiddenStateProjections, attention_inputs, hidden_state_loss,
-                                           layer_mapping, mapped_pairs, minilm_v2_loss, relation_kl)
+from xtremedistil_tf.losses.hidden import (
+    HiddenStateProjections,
+    attention_inputs,
+    hidden_state_loss,
+    layer_mapping,
+    mapped_pairs,
+    minilm_v2_loss,
+    relation_kl,
+)
 from xtremedistil_tf.losses.xtremedistil import mse as masked_mse
 
 
@@ -91,8 +99,6 @@ def test_relation_kl_against_numpy_with_padding_and_different_widths():
 
 
 def _tiny_bert(seed, hidden=32, layers=2, heads=4, init=0.02):
-    from transformers import BertConfig, TFBertModel
-
     tf.keras.utils.set_random_seed(seed)
     model = TFBertModel(BertConfig(vocab_size=50, hidden_size=hidden, num_hidden_layers=layers,
                                    num_attention_heads=heads, intermediate_size=48, max_position_embeddings=16,

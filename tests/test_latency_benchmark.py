@@ -3,11 +3,16 @@
 No timing assertions: the machine is shared.
 """
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+from conftest import REPO
 
 from xtremedistil_tf.benchmarks import latency
+from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
 from xtremedistil_tf.students.models import build_bilstm_student
 
 TINY_TEACHER = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
@@ -98,12 +103,6 @@ STUDENT_FORMATS = ([("tensorflow", "saved_model", "none")]
 
 
 def _benchmark(*argv):
-    import os
-    import subprocess
-    import sys
-
-    from conftest import REPO
-
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.run([sys.executable, str(REPO / "bin" / "benchmark"), "latency", *argv], capture_output=True,
                           text=True, env=env, timeout=900)
@@ -113,8 +112,6 @@ def _benchmark(*argv):
 def test_peer_rows_time_the_teacher_and_students_as_deployed(tmp_path):
     """bin/benchmark latency --latency_peers: the teacher in TF and ONNX Runtime float32/int8, the
     student in every exported format, ids and text, each row and ratio printed and in the JSON."""
-    from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
-
     output = tmp_path / "latency.json"
     proc = _benchmark("--latency_peers", "--latency_threads=1", f"--teacher_config={json.dumps(TINY_TEACHER)}",
                       "--students=8x6", "--queries=3", "--seq_length=8", f"--output_json={output}")

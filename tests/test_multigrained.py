@@ -5,22 +5,38 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import read_scalars
 
 import xtremedistil_tf  # noqa: F401  (registers the custom layers for load_model)
 from xtremedistil_tf.crf import ops
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode
-from xtremedistil_tf.data.sentence import Sentence
-from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.data.scoring import entity_scores
-from xtremedistil_tf.students.crf_student import (build_bilstm_crf_student, build_transformer_crf_student,
-                                                  student_crf_constraints)
-from xtremedistil_tf.transfer.cache import load_manifest, read_sharded
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.engine.resume import EpochCheckpoint
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.methods import multigrained as mg
+from xtremedistil_tf.methods.multigrained import (
+    MultiGrainedConfig,
+    hard_targets,
+    make_crf_dev_f1,
+    predict_tags_crf,
+    train_multigrained,
+    windows_dataset,
+)
+from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.methods.student_run import load_student, save_student
+from xtremedistil_tf.run.pipeline import student_fingerprint
+from xtremedistil_tf.run.workdir import WorkDir
+from xtremedistil_tf.students.crf_student import (
+    build_bilstm_crf_student,
+    build_transformer_crf_student,
+    student_crf_constraints,
+)
 from xtremedistil_tf.teachers.crf_head import CRFTokenTeacher
 from xtremedistil_tf.teachers.finetune import predict_piece_tags
 from xtremedistil_tf.teachers.model import load_encoder, load_tokenizer
+from xtremedistil_tf.transfer.cache import load_manifest, read_sharded
 from xtremedistil_tf.transfer.multigrained import write_multigrained_outputs
-from xtremedistil_tf.methods.multigrained import (MultiGrainedConfig, hard_targets, make_crf_dev_f1,
-                                                   predict_tags_crf, train_multigrained, windows_dataset)
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 VOCAB = TagVocab(LABELS)
@@ -207,8 +223,6 @@ def test_uncertainty_lambdas_are_learned_and_logged(runs):
 
 
 def test_tensorboard_gets_every_loss_lambda_and_rate_per_epoch(runs):
-    from conftest import read_scalars
-
     history = runs[3]
     scalars = read_scalars(runs[4])
     epochs = list(range(1, len(history.epochs) + 1))
@@ -246,8 +260,6 @@ def test_every_loss_trains_a_transformer_crf_student_with_equal_weighting(teache
 def test_token_losses_are_eq10_cross_entropy_unless_token_loss_is_kl(teacher, data):
     """What the training step computes: token_em / token_pos are Eq. 10's CE by default; with
     token_loss="kl" each is lower by the teacher's mean entropy over the real tokens."""
-    from xtremedistil_tf.methods import multigrained as mg
-
     rule, tokenizer = teacher
     student = _student(tokenizer.vocab_size, 0)
     config = MultiGrainedConfig(("hard", "token_em", "token_pos"), batch_size=16)
@@ -276,10 +288,6 @@ def test_token_losses_are_eq10_cross_entropy_unless_token_loss_is_kl(teacher, da
 
 
 def test_token_loss_joins_the_fingerprint_of_students_with_token_losses(tmp_path):
-    from xtremedistil_tf.run.pipeline import student_fingerprint
-    from xtremedistil_tf.methods.staged import DistilConfig
-    from xtremedistil_tf.run.workdir import WorkDir
-
     def fingerprint(**kwargs):
         return {"student": student_fingerprint(MultiGrainedConfig(**kwargs))}
 
@@ -324,8 +332,6 @@ def test_config_and_data_errors(data):
 def test_a_checkpoint_of_the_loop_before_the_engine_is_refused_in_one_line(data, tmp_path):
     """The pre-engine loop saved {epochs, best_epoch, best_score, stale}; the engine cannot continue it
     (it would retrain from epoch 0 and then fail on the old history), so it says what to do instead."""
-    from xtremedistil_tf.engine.resume import EpochCheckpoint
-
     student = _student(100, 0)
     old = EpochCheckpoint(tmp_path / "checkpoint")
     old.save({"student": student}, {"epochs": [{"epoch": 1, "train_loss": 1.0}], "best_epoch": 1, "best_score": 0.5,
@@ -337,8 +343,6 @@ def test_a_checkpoint_of_the_loop_before_the_engine_is_refused_in_one_line(data,
 
 
 def test_saved_student_reloads_with_identical_viterbi(teacher, data, runs, tmp_path):
-    from xtremedistil_tf.methods.student_run import load_student, save_student
-
     rule, tokenizer = teacher
     student = runs[2]
     windows = encode(data["test"], tokenizer, VOCAB, MAX_LEN)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from transformers import TFBertModel
 
 from tests.conftest import REPO
 from tests.test_nas_distill import teacher_dir  # noqa: F401  (fixture)
@@ -20,7 +21,6 @@ def nas_search(*args):
 
 @pytest.mark.slow
 def test_search_report_resume_and_distill(teacher_dir, tmp_path):  # noqa: F811
-    from transformers import TFBertModel
 
     text = tmp_path / "text.txt"
     text.write_text("\n".join(f"john was in paris {'and berlin ' * (n % 4)}" for n in range(60)) + "\n")

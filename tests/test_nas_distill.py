@@ -4,11 +4,19 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from transformers import BertConfig, BertTokenizerFast, TFBertModel
 
 from tests.conftest import write_tiny_vocab
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.methods.nas.distill import (DistillConfig, Distiller, build_student, encode_texts, load_teacher,
-                                         save_student, split_texts)
+from xtremedistil_tf.methods.nas.distill import (
+    DistillConfig,
+    Distiller,
+    build_student,
+    encode_texts,
+    load_teacher,
+    save_student,
+    split_texts,
+)
 from xtremedistil_tf.methods.nas.space import Arch
 
 WORDS = ["the", "in", "of", "to", "and", "paris", "berlin", "john", "mary", "was", "at", "on"]
@@ -17,8 +25,6 @@ WORDS = ["the", "in", "of", "to", "and", "paris", "berlin", "john", "mary", "was
 @pytest.fixture(scope="module")
 def teacher_dir(tmp_path_factory):
     """A randomly initialised 2-layer, hidden-32 BERT saved with weights and the tiny vocab."""
-    from transformers import BertConfig, BertTokenizerFast, TFBertModel
-
     directory = write_tiny_vocab(tmp_path_factory.mktemp("nas_teacher"))
     vocab_size = len((directory / "vocab.txt").read_text(encoding="utf-8").split())
     tf.keras.utils.set_random_seed(0)
@@ -36,8 +42,6 @@ def texts(n, seed):
 
 
 def test_a_distilled_student_saves_and_reloads_with_identical_outputs(teacher_dir, tmp_path):
-    from transformers import TFBertModel
-
     teacher, tokenizer, teacher_config = load_teacher(str(teacher_dir))
     ids = encode_texts(tokenizer, texts(16, 0), 16)
     arch = Arch(1, 2, 16, 32, "silu")
@@ -55,8 +59,6 @@ def test_a_distilled_student_saves_and_reloads_with_identical_outputs(teacher_di
 
 @pytest.mark.slow
 def test_distillation_lowers_the_held_out_loss_and_the_student_reloads(teacher_dir, tmp_path):
-    from transformers import TFBertModel
-
     teacher, tokenizer, teacher_config = load_teacher(str(teacher_dir))
     train_ids, eval_ids = (encode_texts(tokenizer, texts(n, s), 16) for n, s in ((96, 0), (32, 1)))
     arch = Arch(1, 2, 16, 32, "relu")

@@ -1,23 +1,32 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO, read_scalars, toy_ner_sentences, train_configs
 
-from conftest import REPO, toy_ner_sentences, train_configs
-from xtremedistil_tf.run import pipeline
-from xtremedistil_tf.data.loading import DataConfig
+from xtremedistil_tf.data.alignment import TagVocab, encode, predict_by_length
+from xtremedistil_tf.data.loading import DataConfig, first_per_language
+from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.engine.resume import DEFAULT_SEED
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.transfer.cache import read_sharded
-from xtremedistil_tf.teachers.finetune import FinetuneConfig
-from xtremedistil_tf.students import StudentArch
 from xtremedistil_tf.methods.multigrained import MultiGrainedConfig
 from xtremedistil_tf.methods.staged import DistilConfig
-from xtremedistil_tf.methods.student_run import load_student
+from xtremedistil_tf.methods.student_run import evaluate_student, load_student
+from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.run.probes import DEFAULT_PROBES, as_sentence, probe_rows, probe_texts
+from xtremedistil_tf.run.report import write_report
+from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir
+from xtremedistil_tf.students import StudentArch
+from xtremedistil_tf.teachers import finetune
+from xtremedistil_tf.teachers.finetune import FinetuneConfig, evaluate_teacher
+from xtremedistil_tf.teachers.saved import load_teacher
+from xtremedistil_tf.transfer.cache import read_sharded
 
 
 def write_conll(path, sentences):
@@ -86,9 +95,6 @@ def test_pipeline_writes_every_artifact(finished_run):
 def teacher_only_run(tmp_path_factory, toy_corpus, tiny_bert_dir):
     """A teacher-only run of the toy config with --teacher_epochs=0 (the step's scoring is its only
     forward pass), counting the windows of each pass (finetune.predict_by_length) of the run."""
-    from xtremedistil_tf.data.alignment import predict_by_length
-    from xtremedistil_tf.teachers import finetune
-
     cfg = toy_config(tmp_path_factory.mktemp("work"), toy_corpus, tiny_bert_dir)
     cfg.student, cfg.teacher.finetune.epochs = None, 0
     passes = []
@@ -103,10 +109,6 @@ def test_teacher_step_scores_decoded_as_the_students_and_argmax_from_one_pass(te
     """The teacher step's `scores` are evaluate_teacher's decoded as the students (constrained, marked so),
     its `argmax_scores` evaluate_teacher's own decoding, from one pass per split; metrics.json and the
     console summary read them."""
-    from xtremedistil_tf.data.alignment import encode
-    from xtremedistil_tf.teachers.finetune import evaluate_teacher
-    from xtremedistil_tf.teachers.saved import load_teacher
-
     cfg, metrics, passes = teacher_only_run
     work = pipeline.WorkDir(cfg.work_dir)
     info, splits = work.step_info("teacher"), pipeline.load_data(work)
@@ -130,10 +132,6 @@ def test_a_teacher_step_of_an_older_version_gets_its_decoded_scores_once(teacher
     """A work dir whose teacher step recorded only argmax `scores` (no "decode"): the next run scores the
     saved teacher decoded as the students and adds that to its step.json, the recorded scores kept as
     `argmax_scores`; the teacher and its fingerprint stay; the run after that does nothing again."""
-    import shutil
-
-    from xtremedistil_tf.run.workdir import STEP_FILE
-
     cfg, _, _ = teacher_only_run
     shutil.copytree(cfg.work_dir, tmp_path / "work")
     cfg = pipeline.RunConfig(**{**cfg.__dict__, "work_dir": str(tmp_path / "work")})
@@ -157,8 +155,6 @@ def test_a_teacher_step_of_an_older_version_gets_its_decoded_scores_once(teacher
 def test_an_older_crf_or_sentence_teacher_step_is_not_scored_again(tmp_path, head, data_format):
     """A CRF teacher's recorded scores are its Viterbi already: they only get their "decode"; a sentence
     teacher's are unchanged. Neither loads the teacher (there is none here)."""
-    from xtremedistil_tf.run.workdir import WorkDir
-
     work = WorkDir(tmp_path)
     scores = {"dev": {"all": {"f1": 0.5}}, "test": {"all": {"f1": 0.25}}}
     work.mark_done("teacher", {"teacher": head}, {"scores": scores, "parameters": 7})
@@ -176,8 +172,6 @@ def test_student_is_distilled_saved_and_reloads(finished_run):
     assert metrics["student"]["scores"]["test"]["all"]["f1"] > 0.7
     model, meta, tokenizer = load_student(os.path.join(cfg.work_dir, "student"))
     assert meta.tags[-4:] == ["X", "[CLS]", "[SEP]", "[PAD]"] and meta.lower_case is True
-    from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.methods.student_run import evaluate_student
 
     reloaded = evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length,
                                 pipeline.load_data(pipeline.WorkDir(cfg.work_dir))["test"], "IOB2")
@@ -241,9 +235,6 @@ def test_multigrained_method_runs_end_to_end(tmp_path, toy_corpus, tiny_bert_dir
 
 
 def test_caps_keep_the_first_sentences_of_each_language():
-    from xtremedistil_tf.data.loading import first_per_language
-    from xtremedistil_tf.data.sentence import Sentence
-
     sentences = [Sentence([str(i)], ["O"], lang) for i, lang in enumerate("aabbbab")]
     kept = first_per_language(sentences, 2)
     assert [(s.tokens[0], s.lang) for s in kept] == [("0", "a"), ("1", "a"), ("2", "b"), ("3", "b")]
@@ -251,8 +242,6 @@ def test_caps_keep_the_first_sentences_of_each_language():
 
 
 def test_tensorboard_logs_every_training_step(finished_run):
-    from conftest import read_scalars
-
     cfg, _ = finished_run
     work = pipeline.WorkDir(cfg.work_dir)
     teacher = read_scalars(os.path.join(cfg.work_dir, "tensorboard", "teacher"))
@@ -282,8 +271,6 @@ def test_student_fingerprint_is_the_config_less_how_it_runs():
     """asdict of the method's config (the architecture nested): heads_on="states" makes another
     XtremeDistil student; CRF students have no such heads; pad_id, verbose, run_eagerly, progress
     and log_dir (compare=False) make no other student."""
-    from dataclasses import asdict, replace
-
     xd = DistilConfig()
     assert pipeline.student_fingerprint(xd)["heads_on"] == "projection"
     assert pipeline.student_fingerprint(replace(xd, heads_on="states"))["heads_on"] == "states"
@@ -301,8 +288,6 @@ def test_student_fingerprint_is_the_config_less_how_it_runs():
 
 
 def test_student_fingerprint_ignores_what_the_method_does_not_read():
-    from dataclasses import replace
-
     xd = DistilConfig()
     # Multi-grained settings are not an XtremeDistil student's, nor XtremeDistil's a multi-grained one's.
     assert not {"losses", "kbest", "weighting", "use_unlabeled"} & set(pipeline.student_fingerprint(xd))
@@ -344,9 +329,6 @@ def test_student_flags_left_unset_keep_the_method_configs_defaults(tmp_path, tin
 def test_report_probes_teacher_beside_student(finished_run, tmp_path):
     """report.md's probe table (issue 29 item 5): each probe in the served split, tagged by the teacher and the
     student, with the capitalised words the train split holds; the defaults are the run's languages' probes."""
-    from xtremedistil_tf.run.probes import DEFAULT_PROBES, as_sentence, probe_rows, probe_texts
-    from xtremedistil_tf.run.report import write_report
-
     cfg, _ = finished_run
     probes = tmp_path / "probes.txt"
     probes.write_text("John met Mary in Paris.\n\nthe berlin of Qwerty\n", encoding="utf-8")

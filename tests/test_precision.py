@@ -3,18 +3,18 @@ losses, dynamic loss scaling under float16, for the teacher, the staged loop and
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import TOY_LABELS, toy_ner_sentences
 from test_strategies import NUM_TAGS, _config, _student, toy_data
+
 from xtremedistil_tf.crf.layer import CRF
 from xtremedistil_tf.data.alignment import TagVocab, encode
-from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, student_crf_constraints
-from xtremedistil_tf.teachers.finetune import FinetuneConfig, finetune
-from xtremedistil_tf.teachers.model import build_teacher
-from xtremedistil_tf.methods.multigrained import MultiGrainedConfig, train_multigrained, windows_dataset
 from xtremedistil_tf.engine.precision import precision_policy
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.methods.multigrained import MultiGrainedConfig, train_multigrained, windows_dataset
 from xtremedistil_tf.methods.staged import train_student
+from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, student_crf_constraints
+from xtremedistil_tf.teachers.finetune import FinetuneConfig, finetune, make_train_step
+from xtremedistil_tf.teachers.model import build_teacher
 
 MIXED = ("mixed_float16", "mixed_bfloat16")
 
@@ -103,8 +103,6 @@ def test_teacher_with_layer_decay_fine_tunes_under_float16(tiny_bert_dir):
 
 
 def test_an_overflow_in_any_group_skips_every_group_and_lowers_the_scale():
-    from xtremedistil_tf.teachers.finetune import make_train_step
-
     class Toy:
         """A 'teacher' whose loss overflows (float32 inf once scaled) in the second group only when
         label_ids[0, 0] is 1."""

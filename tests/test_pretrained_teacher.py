@@ -3,11 +3,27 @@ import logging
 
 import numpy as np
 import pytest
-
+import tensorflow as tf
 from conftest import toy_ner_sentences, write_tiny_vocab
-from xtremedistil_tf.data.schemes import label_set
+from transformers import AutoTokenizer, BertConfig, TFBertForSequenceClassification, TFBertForTokenClassification
+
+from xtremedistil_tf.cli.evaluate import evaluate_model
+from xtremedistil_tf.data.alignment import encode
+from xtremedistil_tf.data.classification import encode_texts, predict_by_length_texts
+from xtremedistil_tf.data.loading import DataConfig
+from xtremedistil_tf.data.schemes import convert_tags, label_set
+from xtremedistil_tf.data.scoring import score_by_language
+from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.methods.student_run import distil, staged_sources
+from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.students import StudentArch
+from xtremedistil_tf.teachers.finetune import FinetuneConfig, predict_piece_tags
 from xtremedistil_tf.teachers.labelmap import class_label_map, detect_scheme, token_label_map
+from xtremedistil_tf.teachers.pretrained import build_pretrained_teacher
+from xtremedistil_tf.teachers.saved import load_teacher
+from xtremedistil_tf.transfer.cache import read_sharded
 
 IOB2_PER_LOC = label_set(["PER", "LOC"], "IOB2")   # O B-PER I-PER B-LOC I-LOC
 CONLL_CHECKPOINT = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
@@ -82,9 +98,6 @@ def test_class_labels_match_by_name():
 
 def _save_checkpoint(directory, model_class, id2label):
     """A tiny BERT checkpoint with a sharp random head (its argmax varies from word to word)."""
-    import tensorflow as tf
-    from transformers import BertConfig
-
     write_tiny_vocab(directory)
     vocab = len((directory / "vocab.txt").read_text(encoding="utf-8").split())
     config = BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -101,16 +114,12 @@ def _save_checkpoint(directory, model_class, id2label):
 
 @pytest.fixture(scope="module")
 def token_checkpoint(tmp_path_factory):
-    from transformers import TFBertForTokenClassification
-
     directory = tmp_path_factory.mktemp("ner_checkpoint")
     return directory, _save_checkpoint(directory, TFBertForTokenClassification, CONLL_CHECKPOINT)
 
 
 @pytest.fixture(scope="module")
 def io_checkpoint(tmp_path_factory):
-    from transformers import TFBertForTokenClassification
-
     directory = tmp_path_factory.mktemp("io_checkpoint")
     return directory, _save_checkpoint(directory, TFBertForTokenClassification, ["O", "PERSON", "LOCATION"])
 
@@ -131,9 +140,6 @@ def checkpoint_word_labels(model, tokenizer, sentences):
 
 
 def teacher_words(teacher, tokenizer, sentences):
-    from xtremedistil_tf.data.alignment import encode
-    from xtremedistil_tf.teachers.finetune import predict_piece_tags
-
     windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     return teacher.decode_words(windows, predict_piece_tags(teacher, windows))
 
@@ -142,15 +148,10 @@ SENTENCES = toy_ner_sentences(12, seed=5)
 
 
 def tokenizer_of(directory):
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(str(directory))
 
 
 def test_token_checkpoint_predictions_are_its_own(token_checkpoint, caplog, tmp_path):
-    from xtremedistil_tf.teachers.saved import load_teacher
-    from xtremedistil_tf.teachers.pretrained import build_pretrained_teacher
-
     directory, original = token_checkpoint
     with caplog.at_level(logging.INFO):
         teacher, tokenizer = build_pretrained_teacher(str(directory), "token", IOB2_PER_LOC, "IOB2", 32)
@@ -182,9 +183,6 @@ def test_token_checkpoint_predictions_are_its_own(token_checkpoint, caplog, tmp_
 
 
 def test_io_checkpoint_onto_bioes_data(io_checkpoint):
-    from xtremedistil_tf.data.schemes import convert_tags
-    from xtremedistil_tf.teachers.pretrained import build_pretrained_teacher
-
     directory, original = io_checkpoint
     bioes = label_set(["LOC", "PER"], "BIOES")
     teacher, tokenizer = build_pretrained_teacher(str(directory), "token", bioes, "BIOES", 32)
@@ -197,8 +195,6 @@ def test_io_checkpoint_onto_bioes_data(io_checkpoint):
 
 
 def test_unmappable_checkpoint_fails_naming_both(token_checkpoint):
-    from xtremedistil_tf.teachers.pretrained import build_pretrained_teacher
-
     with pytest.raises(ConfigError, match=r"B-MISC.*B-DATE"):
         build_pretrained_teacher(str(token_checkpoint[0]), "token", label_set(["DATE"], "IOB2"), "IOB2", 32)
     with pytest.raises(ConfigError, match="ForTokenClassification, but the data is sentence classification"):
@@ -206,13 +202,6 @@ def test_unmappable_checkpoint_fails_naming_both(token_checkpoint):
 
 
 def test_sequence_checkpoint_predictions_are_its_own(tmp_path):
-    from transformers import TFBertForSequenceClassification
-
-    from xtremedistil_tf.data.classification import encode_texts, predict_by_length_texts
-    from xtremedistil_tf.data.sentence import Sentence
-    from xtremedistil_tf.teachers.saved import load_teacher
-    from xtremedistil_tf.teachers.pretrained import build_pretrained_teacher
-
     original = _save_checkpoint(tmp_path / "ckpt", TFBertForSequenceClassification, ["positive", "negative"])
     enc = tokenizer_of(tmp_path / "ckpt")([list(s.tokens) for s in SENTENCES], is_split_into_words=True, padding=True,
                                           return_tensors="np")
@@ -239,7 +228,6 @@ def test_sequence_checkpoint_predictions_are_its_own(tmp_path):
     reloaded, _ = load_teacher(tmp_path / "saved")
     np.testing.assert_allclose(reloaded(inputs).numpy(), logits.numpy(), rtol=1e-6, atol=1e-6)
     # bin/evaluate scores the saved teacher as a classifier: accuracy is the share predicted POSITIVE.
-    from xtremedistil_tf.cli.evaluate import evaluate_model
 
     scores = evaluate_model(tmp_path / "saved", texts, "IOB2")
     assert scores["all"]["accuracy"] == pytest.approx(own.count("POSITIVE") / len(own))
@@ -253,10 +241,6 @@ def _write_conll(path, sentences):
 
 
 def _run_config(work_dir, corpus, teacher, train_file, student=None):
-    from xtremedistil_tf.run import pipeline
-    from xtremedistil_tf.data.loading import DataConfig
-    from xtremedistil_tf.teachers.finetune import FinetuneConfig
-
     data = DataConfig(format="conll", data_dir=str(corpus), train_file=train_file, dev_file="dev.txt",
                       test_file="test.txt", transfer_file="unlabeled.txt")
     return pipeline.RunConfig(
@@ -277,10 +261,6 @@ def corpus(tmp_path_factory):
 
 
 def test_teacher_step_uses_the_checkpoint_as_it_is(token_checkpoint, corpus, tmp_path, caplog):
-    from xtremedistil_tf.run import pipeline
-    from xtremedistil_tf.data.scoring import score_by_language
-    from xtremedistil_tf.teachers.saved import load_teacher
-
     directory, original = token_checkpoint
     with caplog.at_level(logging.INFO):
         metrics = pipeline.run(_run_config(tmp_path, corpus, directory, "train.txt"))
@@ -301,15 +281,6 @@ def test_teacher_step_uses_the_checkpoint_as_it_is(token_checkpoint, corpus, tmp
 
 
 def test_empty_train_split_with_unlabeled_text(token_checkpoint, corpus, tmp_path):
-    import tensorflow as tf
-
-    from xtremedistil_tf.run import pipeline
-    from xtremedistil_tf.students import StudentArch
-    from xtremedistil_tf.transfer.cache import read_sharded
-    from xtremedistil_tf.teachers.saved import load_teacher
-    from xtremedistil_tf.methods.staged import DistilConfig
-    from xtremedistil_tf.methods.student_run import distil, staged_sources
-
     student = DistilConfig(arch=StudentArch(embedding_dim=8, hidden=8), epochs_per_layer=1, patience=1, batch_size=8,
                            strategy="D2")
     cfg = _run_config(tmp_path, corpus, token_checkpoint[0], "", student)

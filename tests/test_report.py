@@ -3,8 +3,11 @@ import json
 import subprocess
 import sys
 
+import matplotlib.image
 import pytest
 
+from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores
+from xtremedistil_tf.export.predictor import as_text
 from xtremedistil_tf.run.report import write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -57,8 +60,6 @@ def _assert_png(path):
     data = path.read_bytes()
     assert data.startswith(PNG_SIGNATURE)
     # A real rendered figure, not an empty image: matplotlib draws axes, bars and text.
-    import matplotlib.image
-
     pixels = matplotlib.image.imread(path)
     assert pixels.shape[0] > 100 and pixels.shape[1] > 100
     assert pixels[..., :3].std() > 0.05
@@ -207,8 +208,6 @@ def test_bin_report_summary_says_how_to_serve(tmp_path):
 
 
 def test_predict_text_format():
-    from xtremedistil_tf.export.predictor import as_text
-
     record = {"text": "John lives in Paris", "entities": [
         {"start": 0, "end": 4, "type": "PER", "text": "John", "confidence": 0.981},
         {"start": 14, "end": 19, "type": "LOC", "text": "Paris", "confidence": 0.5}]}
@@ -225,6 +224,4 @@ def test_predict_text_format():
 ])
 def test_which_teacher_scores_predate_the_decoded_ones(scores, older):
     """The one test, shared by the pipeline's upgrade of an old teacher step and the report of an old metrics.json."""
-    from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores
-
     assert predates_decoded_teacher_scores(scores) is older

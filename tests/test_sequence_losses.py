@@ -6,7 +6,9 @@ import pytest
 import tensorflow as tf
 
 from xtremedistil_tf.crf import ops
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses import sequence as seq
+from xtremedistil_tf.methods.multigrained import MultiGrainedConfig
 
 N, T, K = 3, 4, 4
 LENGTHS = np.array([4, 1, 3, 2], np.int32)  # length 1 has 3 < K paths: one slot invalid
@@ -190,9 +192,6 @@ def test_token_emission_kd_is_eq10_cross_entropy_over_real_tokens():
 
 
 def test_unknown_token_loss_is_refused_naming_the_flag():
-    from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.methods.multigrained import MultiGrainedConfig
-
     s = np.zeros((1, 2, N), np.float32)
     with pytest.raises(ConfigError, match=r"^--token_loss='mse'; expected ce .* or kl$"):
         seq.token_emission_kd(s, s, np.ones((1, 2), np.float32), token_loss="mse")

@@ -5,18 +5,21 @@ read as the data step reads them (re-split, tags carried over); its SavedModel e
 text, and the entities it serves equal, entity for entity, the character spans that bin/evaluate scores on the
 student directory.
 """
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import TOY_LABELS, toy_student_model
-from xtremedistil_tf.cli.evaluate import evaluate_model
-from xtremedistil_tf.data.alignment import TagVocab, encode
+
+from xtremedistil_tf.cli.evaluate import evaluate_model, format_examples, model_kind
+from xtremedistil_tf.data.alignment import TagVocab, encode, encode_consecutive, word_pieces
+from xtremedistil_tf.data.scoring import char_spans
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import resplit
-from xtremedistil_tf.data.scoring import char_spans
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export.predictor import load_serving_fn, predict
-from xtremedistil_tf.export.serving import export_student
+from xtremedistil_tf.export.serving import export_student, windows_of
 from xtremedistil_tf.methods.student_run import predict_words, save_student
 
 
@@ -87,8 +90,6 @@ def test_served_spans_equal_the_spans_evaluate_scores(trained, tiny_tokenizer):
 def test_examples_show_right_ones_with_most_entities_and_one_wrong():
     """bin/evaluate --examples: right sentences with three or more entities first (shortest text first), then the
     first sentence with an entity served wrong, gold beside served."""
-    from xtremedistil_tf.cli.evaluate import format_examples
-
     sentences = [Sentence(["Kim", "met", "Lee"], ["B-PER", "O", "B-PER"]),
                  Sentence(["Ann", "Bo", "Cy", "and", "Di"], ["B-PER", "B-PER", "B-PER", "O", "B-PER"]),
                  Sentence(["Ann", "Bo", "Cy"], ["B-PER", "B-PER", "B-PER"]),
@@ -105,11 +106,6 @@ def test_examples_show_right_ones_with_most_entities_and_one_wrong():
 
 def test_evaluate_refuses_a_teacher_export_in_one_line(tmp_path):
     """bin/export --teacher writes an ids-in ONNX speed peer: bin/evaluate names the teacher to score instead."""
-    import json
-
-    from xtremedistil_tf.cli.evaluate import model_kind
-    from xtremedistil_tf.errors import ConfigError
-
     (tmp_path / "export.json").write_text(json.dumps({"format": "onnx", "teacher_dir": "runs/x/teacher/model"}))
     with pytest.raises(ConfigError, match=r"teacher's ids-in ONNX export .* --model=runs/x/teacher/model$"):
         model_kind(tmp_path)
@@ -120,9 +116,6 @@ def test_transformer_students_are_scored_on_the_windows_their_export_cuts(tiny_t
     """A transformer's export cuts each text's pieces into consecutive windows (export/serving.windows_of), inside
     words too; encode_consecutive, which scores a transformer student dir, cuts the same windows, and scores each
     word in the window of its first piece."""
-    from xtremedistil_tf.data.alignment import encode_consecutive, word_pieces
-    from xtremedistil_tf.export.serving import windows_of
-
     sentences = [Sentence(["johnathan", "visited", "berlin", "."], ["B-PER", "O", "B-LOC", "O"]),
                  Sentence([], []), Sentence(["mary"], ["B-PER"]),
                  Sentence(["the", "quickly", "moving", "paris", "of", "marylebone"], ["O", "O", "O", "B-LOC", "O", "B-LOC"])]

@@ -14,14 +14,16 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REPO, TOY_LABELS
+from tokenizers import Tokenizer
 from transformers import BertTokenizerFast
 
-from conftest import REPO, TOY_LABELS
 from xtremedistil_tf.data.alignment import TagVocab
+from xtremedistil_tf.export.formats import write_tokenizer
 from xtremedistil_tf.export.portable import read_lines, word_spans
 from xtremedistil_tf.export.serving import NerServing, valid_utf8
-from xtremedistil_tf.students.artifact import StudentMeta, read_vocab, write_student_dir
 from xtremedistil_tf.export.words import WordPieces, bert_char_classes, compute_char_classes
+from xtremedistil_tf.students.artifact import StudentMeta, read_vocab, write_student_dir
 from xtremedistil_tf.students.models import build_bilstm_student
 
 PUNCTUATION = ["wait… Justin Bieber", "…", "‼", "⑴", "㈱", "a‼b ⑴c ㈱d…e", "Ｐaris", "naïve café",
@@ -117,10 +119,6 @@ def test_every_served_offset_indexes_the_text(served, tiny_tokenizer):
 
 def test_portable_predict_splits_words_as_the_saved_model(student_dir, served, tmp_path):
     """predict.py of ONNX/TFLite exports: the same words (tokenizer.json's encoding, no model needed)."""
-    from tokenizers import Tokenizer
-
-    from xtremedistil_tf.export.formats import write_tokenizer
-
     vocab = read_vocab(student_dir / "vocab.txt")
     write_tokenizer(vocab, True, tmp_path / "tokenizer.json")
     tokenizer = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))

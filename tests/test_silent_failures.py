@@ -17,11 +17,23 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
-
+import tensorflow as tf
 from conftest import REPO, stderr_line_of
 from test_bad_inputs import ENV, base_flags, error_line, tree_digest
 from test_pipeline import toy_corpus  # noqa: F401  (a fixture, used by `corpus`)
+from test_work_dir_safety import make_corpus
+
+from xtremedistil_tf.benchmarks.registry import BENCHMARKS
+from xtremedistil_tf.data.loading import DataConfig
+from xtremedistil_tf.engine.loop import Engine
+from xtremedistil_tf.errors import ConfigError, DataFormatError, TrainingDiverged, WorkDirError
+from xtremedistil_tf.io import atomic_write_json
+from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.run.lock import work_dir_lock
+from xtremedistil_tf.run.report import write_report
+from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir
 
 
 def run_driver(root, argvs):
@@ -70,12 +82,6 @@ def test_the_engine_stops_on_a_dev_loss_that_is_no_longer_finite():
     """The shared loop of every method (staged, multi-grained, NAS, subwords, teacher): a model
     whose training loss stays finite but whose dev loss is NaN stops in that epoch, dev selection
     never keeps the starting weights as if the epoch had merely not improved."""
-    import numpy as np
-    import tensorflow as tf
-
-    from xtremedistil_tf.engine.loop import Engine
-    from xtremedistil_tf.errors import TrainingDiverged
-
     model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
     model.compile(optimizer="sgd", loss="mse")
     x = np.ones((4, 2), np.float32)
@@ -89,8 +95,6 @@ def test_the_engine_stops_on_a_dev_loss_that_is_no_longer_finite():
 
 
 def test_json_writing_never_writes_nan(tmp_path):
-    from xtremedistil_tf.io import atomic_write_json
-
     atomic_write_json(tmp_path / "a.json", {"loss": [1.0, math.nan], "best": math.inf, "low": -math.inf, "n": 2})
     assert json.loads((tmp_path / "a.json").read_text()) == {"loss": [1.0, None], "best": None, "low": None, "n": 2}
     assert json_files_with_nan(tmp_path) == []
@@ -108,12 +112,6 @@ def feed(fifo, text: str) -> threading.Thread:
 def test_an_input_that_is_a_stream_is_fingerprinted_by_what_was_read(tmp_path, monkeypatch):
     """`--train_file=<(...)` or a FIFO: no size or mtime says whether it changed, so the data step
     hashes what it read; a rerun with other content is refused naming the file, never reused."""
-    from test_work_dir_safety import make_corpus
-    from xtremedistil_tf.run import pipeline
-    from xtremedistil_tf.data.loading import DataConfig
-    from xtremedistil_tf.errors import ConfigError, DataFormatError
-    from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir
-
     corpus = make_corpus(tmp_path / "corpus")
     pipe = corpus / "train.pipe"
     os.mkfifo(pipe)
@@ -174,9 +172,6 @@ def full_disk(*args, **kwargs):
 
 
 def test_a_full_disk_from_the_start_names_the_lock_file(tmp_path, monkeypatch):
-    from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.run.lock import work_dir_lock
-
     monkeypatch.setattr(os, "pwrite", full_disk)
     with pytest.raises(ConfigError) as info:
         with work_dir_lock(tmp_path / "w"):
@@ -193,10 +188,6 @@ def test_a_full_disk_from_the_start_names_the_lock_file(tmp_path, monkeypatch):
 ])
 def test_every_os_error_leaving_a_step_names_the_step_and_a_path(tmp_path, monkeypatch, error, message):
     """The teacher-output cache is written in place, outside run_step: its errors are named too."""
-    from xtremedistil_tf.run import pipeline
-    from xtremedistil_tf.errors import WorkDirError
-    from xtremedistil_tf.run.workdir import WorkDir
-
     def fails(*args, **kwargs):
         raise error
 
@@ -210,9 +201,6 @@ def test_every_os_error_leaving_a_step_names_the_step_and_a_path(tmp_path, monke
 
 
 def test_an_os_error_inside_run_step_names_the_step_and_its_dir(tmp_path):
-    from xtremedistil_tf.errors import WorkDirError
-    from xtremedistil_tf.run.workdir import WorkDir
-
     work = WorkDir(tmp_path / "w")
     with pytest.raises(WorkDirError, match=rf"^step data failed: {tmp_path / 'w' / 'data'}: Input/output error$"):
         work.run_step("data", {}, lambda tmp: (_ for _ in ()).throw(OSError(errno.EIO, "Input/output error")))
@@ -222,12 +210,6 @@ def test_an_os_error_inside_run_step_names_the_step_and_its_dir(tmp_path):
 # ----------------------------------------------------------------------------- item 6: late or partial refusals
 
 def test_an_input_that_is_still_there_is_not_called_gone(tmp_path):
-    from test_work_dir_safety import make_corpus
-    from xtremedistil_tf.run import pipeline
-    from xtremedistil_tf.data.loading import DataConfig
-    from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.run.workdir import WorkDir
-
     corpus = make_corpus(tmp_path / "corpus")
     (corpus / "other.txt").write_text((corpus / "train.txt").read_text(encoding="utf-8") + "mary B-PER\n\n",
                                       encoding="utf-8")
@@ -249,8 +231,6 @@ def test_an_input_that_is_still_there_is_not_called_gone(tmp_path):
 
 
 def test_a_work_dir_reached_through_a_symlink_keeps_its_own_name_in_the_report(tmp_path, monkeypatch):
-    from xtremedistil_tf.run.report import write_report
-
     real = tmp_path / "wikiann-d42"
     real.mkdir()
     scores = {"test": {"all": {"f1": 0.5, "precision": 0.4, "recall": 0.6, "sentences": 3}, "decode": "constrained"}}
@@ -277,8 +257,6 @@ def test_export_to_a_file_is_refused_before_any_model_is_loaded(tmp_path):
 
 
 def test_benchmark_help_lists_its_subcommands_first_one_line_each():
-    from xtremedistil_tf.benchmarks.registry import BENCHMARKS
-
     proc = subprocess.run([sys.executable, str(REPO / "bin" / "benchmark"), "--help"], capture_output=True, text=True,
                           env=ENV, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -2,16 +2,17 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import TOY_LABELS, toy_ner_sentences
+
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode
-from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.data.scoring import entity_scores
-from xtremedistil_tf.students import build_bilstm_student, svd_reduce
 from xtremedistil_tf.engine.callbacks import BestSoFar
 from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages
+from xtremedistil_tf.errors import INTERRUPT, ConfigError
 from xtremedistil_tf.methods.staged import DistilConfig, make_dev_f1, predict_tags, stages_key, train_student
 from xtremedistil_tf.methods.strategies import STRATEGIES, get_strategy
+from xtremedistil_tf.methods.student_run import teacher_labeled
+from xtremedistil_tf.students import build_bilstm_student, svd_reduce
 
 TEACHER_HIDDEN = 16
 EMBEDDING_DIM = 12
@@ -225,8 +226,6 @@ def test_strategies_beginning_alike_train_their_shared_stage_once(toy, tmp_path)
 def test_a_ctrl_c_whose_exception_was_lost_stops_training_at_the_next_batch(toy):
     """The commands' SIGINT handler also sets errors.INTERRUPT (Python drops a KeyboardInterrupt
     raised inside a __del__): the engine then stops after the batch it is on."""
-    from xtremedistil_tf.errors import INTERRUPT
-
     counter = _Counter()
     INTERRUPT.set()
     try:
@@ -310,8 +309,6 @@ def test_logit_loss_counts_only_what_a_first_piece_teacher_was_trained_on(toy, m
 
 
 def test_teacher_argmax_labels_skip_the_pieces_a_first_piece_teacher_never_learned(toy):
-    from xtremedistil_tf.methods.student_run import teacher_labeled
-
     data = _first_piece_teacher(toy, 0.0)
     pad = toy["tag_vocab"].pad_id
     example = next(iter(teacher_labeled(tf.data.Dataset.from_tensor_slices(data), pad, ("label_ids",))))

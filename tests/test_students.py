@@ -4,10 +4,15 @@ import pytest
 import tensorflow as tf
 
 import xtremedistil_tf  # noqa: F401
+from xtremedistil_tf.data.alignment import Windows
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.students import (build_bilstm_classifier, build_bilstm_student,
-                                      build_transformer_student, svd_reduce)
 from xtremedistil_tf.methods.staged import predict_tags
+from xtremedistil_tf.students import (
+    build_bilstm_classifier,
+    build_bilstm_student,
+    build_transformer_student,
+    svd_reduce,
+)
 
 VOCAB, TAGS, TEACHER_HIDDEN = 40, 9, 10
 
@@ -116,8 +121,6 @@ def test_save_and_load_give_identical_predictions(tmp_path, build, suffix):
 
 
 def test_predict_tags_batches_by_length_and_matches_argmax():
-    from xtremedistil_tf.data.alignment import Windows
-
     model = _bilstm()
     batch = _batch(seed=4, lengths=(3, 7, 5, 1), width=9)
     n = len(batch["input_ids"])

@@ -6,9 +6,12 @@ import subprocess
 import sys
 
 import pytest
-
-from subwords_helpers import corpus
+import tensorflow as tf
 from conftest import REPO
+from subwords_helpers import corpus
+from transformers import BertConfig, TFBertModel
+
+from xtremedistil_tf.methods.subwords.vocab import learn_vocab, save_vocab
 
 
 def _write_wikiann(root, sentences_by_split):
@@ -22,11 +25,6 @@ def _write_wikiann(root, sentences_by_split):
 
 
 def _tiny_teacher(directory, text):
-    import tensorflow as tf
-    from transformers import BertConfig, TFBertModel
-
-    from xtremedistil_tf.methods.subwords.vocab import learn_vocab, save_vocab
-
     save_vocab(learn_vocab(text, 200), directory)
     model = TFBertModel(BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                    intermediate_size=64, max_position_embeddings=64))

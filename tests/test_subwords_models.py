@@ -3,11 +3,12 @@ student softmax; the teacher's loss trains the student's embeddings; a saved stu
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from subwords_helpers import corpus, tiny_mlm, tokenizer_pair
+from transformers import AutoTokenizer, TFAutoModel
+
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.methods.subwords.dual import IGNORE, Specials, build_batch, dual_corpus
 from xtremedistil_tf.methods.subwords.models import DualTeacher, load_student, save_student, word_embeddings
-from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.methods.subwords.train import DistillLMConfig, DualTrainer, masked_word_accuracy, train
 
 
@@ -92,8 +93,6 @@ def test_a_text_smaller_than_one_batch_is_refused():
 
 
 def test_a_saved_student_reloads_with_identical_outputs(setup, tmp_path):
-    from transformers import TFAutoModel
-
     student_tok, student, _, batch = setup
     save_student(student, student_tok, tmp_path / "student")
     again = load_student(tmp_path / "student")
@@ -103,7 +102,6 @@ def test_a_saved_student_reloads_with_identical_outputs(setup, tmp_path):
     encoder = TFAutoModel.from_pretrained(str(tmp_path / "student"))
     np.testing.assert_allclose(encoder(**inputs).last_hidden_state.numpy(),
                                student.bert(**inputs).last_hidden_state.numpy(), atol=1e-6)
-    from transformers import AutoTokenizer
     assert AutoTokenizer.from_pretrained(str(tmp_path / "student")).get_vocab() == student_tok.get_vocab()
 
 

@@ -1,12 +1,18 @@
 """The student vocabulary learner: requested size, no [UNK] on training words, saved and reloaded."""
 import pytest
-
 from subwords_helpers import corpus
+
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.methods.subwords.vocab import (
+    learn_vocab,
+    load_vocab_tokenizer,
+    pieces_per_word,
+    save_vocab,
+    vocab_stats,
+)
 
 
 def test_learned_vocabulary_has_the_requested_size_and_no_unk_on_training_words(tmp_path):
-    from xtremedistil_tf.methods.subwords.vocab import learn_vocab, load_vocab_tokenizer, pieces_per_word, save_vocab
-
     text = corpus()
     for size in (40, 90):
         tokenizer = learn_vocab(text, size)
@@ -25,8 +31,6 @@ def test_learned_vocabulary_has_the_requested_size_and_no_unk_on_training_words(
 
 
 def test_saved_tokenizer_splits_like_the_learned_one_with_the_teachers_normalisation(tmp_path):
-    from xtremedistil_tf.methods.subwords.vocab import learn_vocab, load_vocab_tokenizer, save_vocab
-
     tokenizer = learn_vocab(corpus(), 80)
     save_vocab(tokenizer, tmp_path / "v")
     fast = load_vocab_tokenizer(tmp_path / "v")
@@ -38,8 +42,6 @@ def test_saved_tokenizer_splits_like_the_learned_one_with_the_teachers_normalisa
 
 
 def test_stats_count_overlap_and_pieces_per_word_by_brute_force(tmp_path):
-    from xtremedistil_tf.methods.subwords.vocab import learn_vocab, load_vocab_tokenizer, save_vocab, vocab_stats
-
     text = corpus()
     for name, size in (("s", 50), ("t", 150)):
         save_vocab(learn_vocab(text, size), tmp_path / name)
@@ -53,8 +55,5 @@ def test_stats_count_overlap_and_pieces_per_word_by_brute_force(tmp_path):
 
 
 def test_a_vocabulary_the_text_cannot_fill_is_refused():
-    from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.methods.subwords.vocab import learn_vocab
-
     with pytest.raises(ConfigError, match="fewer than --vocab_size=5000"):
         learn_vocab([["ab", "ba"]], 5000)

@@ -1,14 +1,24 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import TOY_LABELS, toy_ner_sentences
+
+from xtremedistil_tf.data.alignment import encode, predict_by_length
+from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.teachers.finetune import (FinetuneConfig, evaluate_teacher, finetune, layer_depth,
-                                               parameter_groups, predict_piece_tags)
+from xtremedistil_tf.teachers.crf_head import build_crf_teacher
+from xtremedistil_tf.teachers.finetune import (
+    FinetuneConfig,
+    evaluate_teacher,
+    finetune,
+    layer_depth,
+    parameter_groups,
+    predict_piece_tags,
+    teacher_word_tags,
+)
+from xtremedistil_tf.teachers import finetune as finetune_module
 from xtremedistil_tf.teachers.model import build_teacher
 from xtremedistil_tf.teachers.saved import load_teacher
-from xtremedistil_tf.data.alignment import encode, predict_by_length
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +107,6 @@ def test_teacher_dir_errors(tmp_path):
 def i_per_teacher(tiny_bert_dir):
     """(teacher, tokenizer, sentences, their windows): every piece's logits I-PER > B-PER > O, and the
     [CLS]/[SEP]/X marker columns far above all (a first-piece teacher never learnt them)."""
-    from xtremedistil_tf.data.sentence import Sentence
-
     teacher, tokenizer = build_teacher(str(tiny_bert_dir), TOY_LABELS, max_seq_length=16, random_init=True)
     kernel, _ = teacher.classifier.get_weights()
     bias = np.full(len(teacher.tag_vocab), -5.0, np.float32)
@@ -113,8 +121,6 @@ def test_teacher_decoded_as_the_students_gives_the_best_valid_sequence_over_word
     """teacher_word_tags(decode=...): the teacher's own argmax tags every word I-PER; the students'
     constrained decoder gives B-PER then I-PER, the best sequence IOB2 allows, over the word labels
     only; decode="argmax" reads the same columns."""
-    from xtremedistil_tf.teachers.finetune import teacher_word_tags
-
     teacher, tokenizer, sentences, windows = i_per_teacher(tiny_bert_dir)
     assert teacher_word_tags(teacher, windows, "IOB2") == [["I-PER"] * 3, ["I-PER"]]
     assert teacher_word_tags(teacher, windows, "IOB2", "argmax") == [["I-PER"] * 3, ["I-PER"]]
@@ -128,27 +134,21 @@ def test_teacher_decoded_as_the_students_gives_the_best_valid_sequence_over_word
 def test_every_decode_of_a_teacher_comes_from_one_forward_pass(tiny_bert_dir, monkeypatch):
     """teacher_word_tags_by_decode / evaluate_teacher_by_decode: each decode's tags and scores are those of
     teacher_word_tags / evaluate_teacher with that decode alone, from one pass over the windows."""
-    from xtremedistil_tf.teachers import finetune
-
     teacher, tokenizer, sentences, windows = i_per_teacher(tiny_bert_dir)
     decodes = (None, "constrained", "argmax")
-    alone = {decode: finetune.teacher_word_tags(teacher, windows, "IOB2", decode) for decode in decodes}
+    alone = {decode: finetune_module.teacher_word_tags(teacher, windows, "IOB2", decode) for decode in decodes}
     scores = {decode: evaluate_teacher(teacher, tokenizer, sentences, "IOB2", decode=decode) for decode in decodes}
     passes = []
-    monkeypatch.setattr(finetune, "predict_by_length",
+    monkeypatch.setattr(finetune_module, "predict_by_length",
                         lambda windows, fn, *args: passes.append(len(windows)) or predict_by_length(windows, fn, *args))
-    assert finetune.teacher_word_tags_by_decode(teacher, windows, "IOB2", decodes) == alone
+    assert finetune_module.teacher_word_tags_by_decode(teacher, windows, "IOB2", decodes) == alone
     assert passes == [len(windows)]
-    assert finetune.evaluate_teacher_by_decode(teacher, tokenizer, sentences, "IOB2", decodes) == scores
+    assert finetune_module.evaluate_teacher_by_decode(teacher, tokenizer, sentences, "IOB2", decodes) == scores
     assert passes == [len(windows)] * 2
     assert alone["constrained"] != alone[None] == alone["argmax"]  # the decodes differ: a mix-up shows
 
 
 def test_a_crf_teacher_decodes_with_its_viterbi_only(tiny_bert_dir):
-    from xtremedistil_tf.teachers.crf_head import build_crf_teacher
-    from xtremedistil_tf.teachers.finetune import teacher_word_tags
-    from xtremedistil_tf.data.sentence import Sentence
-
     teacher, tokenizer = build_crf_teacher(str(tiny_bert_dir), TOY_LABELS, "IOB2", max_seq_length=16,
                                            random_init=True)
     windows = encode([Sentence(["john", "went"], ["B-PER", "O"])], tokenizer, teacher.tag_vocab, 16)

@@ -7,10 +7,11 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, toy_ner_sentences, write_tiny_vocab
 from test_console import NOISE
 from test_pipeline import write_conll
+from transformers import BertConfig, TFBertModel
+
 from xtremedistil_tf.benchmarks.reference_teacher import IGNORE, encode, to_iob2
 
 
@@ -37,8 +38,6 @@ def test_reference_labels_first_pieces_only(tiny_tokenizer):
 @pytest.fixture(scope="module")
 def pretrained_tiny_bert(tmp_path_factory):
     """A tiny BERT with weights (random, saved with save_pretrained): what the reference loop loads."""
-    from transformers import BertConfig, TFBertModel
-
     directory = write_tiny_vocab(tmp_path_factory.mktemp("tiny_bert_weights"))
     vocab_size = len((directory / "vocab.txt").read_text(encoding="utf-8").split())
     config = BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

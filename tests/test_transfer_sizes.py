@@ -4,16 +4,17 @@ and the report's table and plot."""
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import toy_ner_sentences
-from xtremedistil_tf.run import ablate, pipeline
+
 from xtremedistil_tf.benchmarks import memory
 from xtremedistil_tf.data.alignment import TagVocab, encode
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.transfer.cache import read_sharded, subset
 from xtremedistil_tf.methods.staged import DistilConfig
 from xtremedistil_tf.methods.student_run import staged_sources
+from xtremedistil_tf.run import ablate, pipeline
+from xtremedistil_tf.run.report import plot_transfer_curve
+from xtremedistil_tf.transfer.cache import read_sharded, subset
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
@@ -137,7 +138,6 @@ def test_transfer_table_and_curve_give_each_size_mean_std_and_share_of_the_teach
     points = ablate.curve_points("test", teacher, curve, 40000)
     assert points["D4.2"][0] == (0, pytest.approx(81.25), pytest.approx(100 * np.std([0.75, 0.875], ddof=1)))
     assert points["D4.2"][1][:2] == (40000, pytest.approx(102.5))
-    from xtremedistil_tf.run.report import plot_transfer_curve
 
     plot_transfer_curve(points, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -2,14 +2,17 @@
 import json
 
 import pytest
+from conftest import REPO
 from transformers import BertTokenizerFast
 
-from conftest import REPO
 from xtremedistil_tf.data.loading import DataConfig, load_splits, read_jsonl, write_jsonl
+from xtremedistil_tf.data.readers import read_char_bmes
 from xtremedistil_tf.data.schemes import tags_to_spans
+from xtremedistil_tf.data.scoring import char_spans
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import continue_tags, divided_tokens, resplit, split_words, word_offsets
-from xtremedistil_tf.data.scoring import char_spans
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.run.workdir import WorkDir
 
 TOKENS = ["Mr", "O'Brien", "of", "St.John's", "U.S.", "Navy", "said", "''", "hi", "''"]
 # The expected words of TOKENS: O'Brien -> 3, St.John's -> 5 (a token divided into more than three parts inside a
@@ -123,7 +126,6 @@ def test_msra_is_not_changed_by_the_split():
     path = REPO.parent / "shared" / "data" / "msra" / "test.char.bmes"
     if not path.exists():
         pytest.skip(f"{path} not present (real data lives outside the project)")
-    from xtremedistil_tf.data.readers import read_char_bmes
 
     sentences = read_char_bmes(path)
     assert divided_tokens(sentences)[0] == 0
@@ -133,9 +135,6 @@ def test_msra_is_not_changed_by_the_split():
 def test_a_work_dir_made_before_the_split_is_refused_with_the_flag_that_reads_it(tmp_path):
     """A data step made before --word_split (its fingerprint lacks the key) is refused by the default split, naming
     --word_split=none, and reused by it."""
-    from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.run.workdir import WorkDir
-
     old = DataConfig(data_dir="d", word_split="none").to_dict()
     work = WorkDir(tmp_path)
     work.run_step("data", {"data": old}, lambda tmp: None)

@@ -14,15 +14,16 @@ import sys
 import time
 
 import pytest
-
+import tensorflow as tf
 from conftest import REPO, toy_ner_sentences
 from test_bad_inputs import ENV, base_flags, bin_train, error_line, tree_digest
-from xtremedistil_tf.run import pipeline
-from xtremedistil_tf.data.loading import DataConfig
 from test_pipeline import write_conll
+
+from xtremedistil_tf.data.loading import DataConfig
 from xtremedistil_tf.errors import ConfigError, Interrupted
+from xtremedistil_tf.run import pipeline
 from xtremedistil_tf.run.lock import work_dir_lock
-from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir
+from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir, fingerprint_hash, write_error_reason
 
 # Written by every run, refused or not: never a step's artifact.
 RUN_FILES = {"run.log", "config.json", ".lock"}
@@ -105,7 +106,6 @@ def test_work_dirs_made_before_input_fingerprints_still_resume(tmp_path):
     pipeline.step_data(WorkDir(work), cfg)
     step = json.loads((work / "data" / STEP_FILE).read_text())
     legacy = {"data": step["fingerprint"]["data"]}
-    from xtremedistil_tf.run.workdir import fingerprint_hash
 
     (work / "data" / STEP_FILE).write_text(json.dumps({"hash": fingerprint_hash(legacy), "fingerprint": legacy,
                                                        "info": step["info"]}))
@@ -317,10 +317,6 @@ def test_a_full_disk_inside_tensorflow_writes_is_the_same_one_line_error(tmp_pat
 
 
 def test_tensorflow_disk_full_errors_are_write_errors_and_other_tf_errors_are_not():
-    import tensorflow as tf
-
-    from xtremedistil_tf.run.workdir import write_error_reason
-
     full = tf.errors.ResourceExhaustedError(None, None, "{{function_node x}} /w/teacher.tmp/ck.data-0.tempstate1; "
                                                         "No space left on device [Op:SaveV2]")
     assert write_error_reason(full) == "No space left on device (/w/teacher.tmp/ck.data-0.tempstate1)"

@@ -38,6 +38,24 @@ from conftest import TOY_LABELS, toy_ner_sentences, toy_texts, write_tiny_vocab 
 from xtremedistil_tf.data.alignment import TagVocab, encode  # noqa: E402
 from xtremedistil_tf.engine.distribute import make_distribution  # noqa: E402
 from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout  # noqa: E402
+from transformers import BertConfig, BertTokenizerFast, TFBertModel  # noqa: E402
+from xtremedistil_tf.students import build_bilstm_student  # noqa: E402
+from xtremedistil_tf.methods.staged import DistilConfig, make_dev_f1, train_student  # noqa: E402
+from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, student_crf_constraints  # noqa: E402
+from xtremedistil_tf.methods import multigrained as mg  # noqa: E402
+from xtremedistil_tf.methods.nas.distill import DistillConfig, Distiller, build_student  # noqa: E402
+from xtremedistil_tf.methods.nas.space import Arch  # noqa: E402
+from subwords_helpers import corpus, tokenizer_pair  # noqa: E402
+from xtremedistil_tf.methods.subwords import dual  # noqa: E402
+from xtremedistil_tf.methods.subwords.train import DistillLMConfig, DualTrainer, train  # noqa: E402
+from xtremedistil_tf.methods.subwords.vocab import load_vocab_tokenizer  # noqa: E402
+from xtremedistil_tf.teachers.finetune import FinetuneConfig, finetune  # noqa: E402
+from xtremedistil_tf.teachers.model import build_teacher, initialise_head  # noqa: E402
+from xtremedistil_tf.data.sentence import Sentence  # noqa: E402
+from xtremedistil_tf.teachers.classifier import build_sequence_teacher, finetune_sequence_teacher  # noqa: E402
+from xtremedistil_tf.engine.distribute import scope_of  # noqa: E402
+from xtremedistil_tf.methods.subwords.models import DualTeacher, student_config  # noqa: E402
+from xtremedistil_tf.methods.subwords.models import build_student as build_lm_student  # noqa: E402
 
 MAX_LEN = 16
 INITIAL = []  # the student's starting weights
@@ -70,8 +88,6 @@ class Killer(tf.keras.callbacks.Callback):
 
 
 def tokenizer():
-    from transformers import BertTokenizerFast
-
     directory = write_tiny_vocab(Path(SPEC["out"]).parent / "vocab")
     return BertTokenizerFast(vocab_file=str(directory / "vocab.txt"), do_lower_case=True)
 
@@ -94,9 +110,6 @@ def per_epoch(arrays, batch_size):
 
 
 def run_staged(distribution, checkpoint, killer):
-    from xtremedistil_tf.students import build_bilstm_student
-    from xtremedistil_tf.methods.staged import DistilConfig, make_dev_f1, train_student
-
     tok, vocab = tokenizer(), TagVocab(TOY_LABELS)
     splits = {"train": toy_ner_sentences(16, seed=11), "transfer": toy_ner_sentences(48, seed=12),
               "dev": toy_ner_sentences(16, seed=13)}
@@ -135,9 +148,6 @@ def multigrained_stream(vocab, windows, seed):
 
 
 def run_multigrained(distribution, checkpoint, killer):
-    from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, student_crf_constraints
-    from xtremedistil_tf.methods import multigrained as mg
-
     tok, vocab = tokenizer(), TagVocab(TOY_LABELS)
     train = encode(toy_ner_sentences(32, seed=21), tok, vocab, MAX_LEN)
     dev = encode(toy_ner_sentences(16, seed=22), tok, vocab, MAX_LEN)
@@ -160,11 +170,6 @@ def run_multigrained(distribution, checkpoint, killer):
 
 def run_nas(distribution, checkpoint, killer):
     """KD-NAS distillation (hs+minilm) of a 1-layer BERT student from a random 2-layer teacher."""
-    from transformers import BertConfig, TFBertModel
-
-    from xtremedistil_tf.methods.nas.distill import DistillConfig, Distiller, build_student
-    from xtremedistil_tf.methods.nas.space import Arch
-
     tf.keras.utils.set_random_seed(0)
     with scope(distribution):
         teacher = TFBertModel(BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
@@ -186,11 +191,6 @@ def run_nas(distribution, checkpoint, killer):
 
 def run_subwords(distribution, checkpoint, killer):
     """DualTrain+SharedProjUp (every term) on tiny BERTs, an engine epoch every 3 steps."""
-    from subwords_helpers import corpus, tokenizer_pair
-    from xtremedistil_tf.methods.subwords import dual
-    from xtremedistil_tf.methods.subwords.models import DualTeacher, build_student, student_config
-    from xtremedistil_tf.methods.subwords.train import DistillLMConfig, DualTrainer, train
-    from xtremedistil_tf.methods.subwords.vocab import load_vocab_tokenizer
 
     # Learned once for every run of a test: the vocabulary trainer's ties fall differently by process.
     vocabs = Path(SPEC["out"]).parent / "subword_vocabs"
@@ -201,8 +201,8 @@ def run_subwords(distribution, checkpoint, killer):
     cfg = DistillLMConfig(variant="DualTrain+SharedProjUp", batch_size=8, steps=SPEC.get("epochs", 4) * 3,
                           warmup_fraction=0.0, learning_rate=1e-2, seed=5)
     with stateful_dropout(), scope(distribution):
-        student = build_student(student_config(60, 16, 2, 2, max_position=64, dropout=SPEC.get("dropout", 0.1)), seed=1)
-        teacher = build_student(student_config(200, 32, 2, 2, max_position=64, dropout=SPEC.get("dropout", 0.1)), seed=2)
+        student = build_lm_student(student_config(60, 16, 2, 2, max_position=64, dropout=SPEC.get("dropout", 0.1)), seed=1)
+        teacher = build_lm_student(student_config(200, 32, 2, 2, max_position=64, dropout=SPEC.get("dropout", 0.1)), seed=2)
         trainer = DualTrainer(student, DualTeacher(teacher, 16, 60, seed=3), cfg, run_eagerly=SPEC.get("eager", True))
     INITIAL.extend(student.get_weights())
     position = checkpoint.position()
@@ -214,8 +214,6 @@ def run_subwords(distribution, checkpoint, killer):
 
 def tiny_bert_dir() -> Path:
     """A tiny BERT config (2 layers, hidden 32) and vocabulary, written once per test dir."""
-    from transformers import BertConfig
-
     directory = Path(SPEC["out"]).parent / "teacher_init"
     if not directory.exists():
         write_tiny_vocab(directory)
@@ -227,9 +225,6 @@ def tiny_bert_dir() -> Path:
 def run_teacher(distribution, checkpoint, killer):
     """Token teacher fine-tuning (teachers/finetune.py, first-piece supervision, dropout on) of a
     randomly initialised tiny BERT."""
-    from xtremedistil_tf.teachers.finetune import FinetuneConfig, finetune
-    from xtremedistil_tf.teachers.model import build_teacher, initialise_head
-
     directory = tiny_bert_dir()
     tf.keras.utils.set_random_seed(0)
     with stateful_dropout(), scope(distribution):
@@ -249,11 +244,6 @@ def run_teacher(distribution, checkpoint, killer):
 def run_sequence_teacher(distribution, checkpoint, killer):
     """Sentence-classification teacher fine-tuning (teachers/classifier.py, dropout on) of a randomly
     initialised tiny BERT on conftest's toy texts."""
-    from xtremedistil_tf.data.sentence import Sentence
-    from xtremedistil_tf.teachers.classifier import build_sequence_teacher, finetune_sequence_teacher
-    from xtremedistil_tf.teachers.finetune import FinetuneConfig
-    from xtremedistil_tf.teachers.model import initialise_head
-
     def texts(n, seed):
         return [Sentence(text.split(), None, None, label)
                 for label, text in (line.split("\t") for line in toy_texts(n, seed))]
@@ -275,8 +265,6 @@ def run_sequence_teacher(distribution, checkpoint, killer):
 
 
 def scope(distribution):
-    from xtremedistil_tf.engine.distribute import scope_of
-
     return scope_of(distribution)
 
 

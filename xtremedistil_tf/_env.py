@@ -6,6 +6,12 @@ Keras 3 functional model and Keras 3 cannot reload a SavedModel with
 module is imported first by the package and by every entry point.
 """
 import os
+import sys
+import tempfile
+
+import tensorflow as tf
+
+from xtremedistil_tf.console import IMPORT_NOISE
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -22,9 +28,6 @@ def _import_tensorflow_quietly() -> None:
     process's stderr caught, then show only the lines that are not its load-time notices (CUDA probing on a CPU machine, oneDNN,
     "All log messages before absl::InitializeLog() ..."; `console.IMPORT_NOISE`). `--verbose` on
     the command line, or XTREMEDISTIL_VERBOSE=1, shows everything. A failed import shows all."""
-    import sys
-    import tempfile
-
     if "--verbose" in sys.argv or os.environ.get("XTREMEDISTIL_VERBOSE") == "1" or "tensorflow" in sys.modules:
         return
     try:
@@ -36,7 +39,6 @@ def _import_tensorflow_quietly() -> None:
     try:
         sys.stderr.flush()
         os.dup2(caught.fileno(), 2)
-        import tensorflow as tf
 
         tf.config.list_physical_devices()  # CUDA probing happens here, while stderr is caught
         # oneDNN says once per process, at the first float16 kernel, that this CPU (no AVX512-FP16)
@@ -58,7 +60,6 @@ def _import_tensorflow_quietly() -> None:
         caught.seek(0)
         text = caught.read().decode("utf-8", errors="replace")
         caught.close()
-        from xtremedistil_tf.console import IMPORT_NOISE
 
         shown = [line for line in text.splitlines() if failed or not IMPORT_NOISE.search(line)]
         if shown:

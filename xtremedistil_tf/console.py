@@ -20,6 +20,8 @@ import threading
 import warnings
 from typing import Optional
 
+from absl import logging as absl_logging
+
 # Lines TensorFlow's C++ side prints while it loads and probes devices; anything else is shown.
 IMPORT_NOISE = re.compile(r"cuda|cudart|cuInit|cuDNN|cuFFT|cuBLAS|TensorRT|TF-TRT|oneDNN|absl::InitializeLog|"
                           r"computation_placer|rebuild TensorFlow with the appropriate compiler flags|"
@@ -129,8 +131,6 @@ def filter_stderr() -> None:
 
 def setup(verbose: bool) -> None:
     """Console logging for a command: plain lines; other libraries quiet unless `verbose`."""
-    from absl import logging as absl_logging
-
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     # TensorFlow gives its logger a stderr handler of its own when it loads before any handler is on the
@@ -150,7 +150,8 @@ def setup(verbose: bool) -> None:
     # the PyTorch model were not used ...") are quieted at the source.
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
-        from transformers.utils import logging as hf_logging
+        # console.py runs from _env, before TensorFlow loads: transformers only once logging is set up.
+        from transformers.utils import logging as hf_logging  # noqa: PLC0415
 
         hf_logging.set_verbosity_error()
     except ImportError:

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Iterator, List, Sequence
 
@@ -121,8 +122,6 @@ def say_if_blocking(path) -> None:
     """Print "reading <path>" on stderr when reading `path` may wait for a writer (a FIFO, a
     device: anything but a regular file or a directory), so a command that blocks says on what;
     a FIFO (a named pipe, a shell's process substitution) adds "(waiting for a writer)"."""
-    import sys
-
     path = Path(path)
     if path.exists() and not path.is_file() and not path.is_dir():
         fifo = " (waiting for a writer)" if path.is_fifo() else ""

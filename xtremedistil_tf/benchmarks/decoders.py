@@ -12,23 +12,22 @@ from typing import List
 
 from absl import flags
 
-from xtremedistil_tf.run import pipeline
-from xtremedistil_tf.run.ablate import ABLATE_DIR, _pct, _split, _summary_f1
 from xtremedistil_tf.crf.decoding import DECODES
+from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import markdown_table, read_json
+from xtremedistil_tf.methods.student_run import evaluate_student, load_student
+from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.run.ablate import ABLATE_DIR, _pct, _split, _summary_f1
 from xtremedistil_tf.run.workdir import WorkDir
+from xtremedistil_tf.teachers.finetune import evaluate_teacher_by_decode
+from xtremedistil_tf.teachers.saved import load_teacher
 
 FLAGS = flags.FLAGS
 
 
 def run(repeats: int) -> List[str]:
     """The table; `repeats` is unused (scores are not timed)."""
-    from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.teachers.finetune import evaluate_teacher_by_decode
-    from xtremedistil_tf.teachers.saved import load_teacher
-    from xtremedistil_tf.methods.student_run import evaluate_student, load_student
-
     root = Path(FLAGS.work_dir or ".")
     if not FLAGS.work_dir or not (root / "teacher" / "step.json").exists() or not (root / ABLATE_DIR).is_dir():
         raise ConfigError(f"--work_dir={FLAGS.work_dir!r}: expected a bin/ablate work dir (a finished teacher/ "

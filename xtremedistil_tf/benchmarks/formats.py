@@ -28,6 +28,16 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import tensorflow as tf
+from absl import flags
+
+from xtremedistil_tf.data.loading import read_jsonl
+from xtremedistil_tf.data.scoring import char_spans, span_scores
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.export.formats import export
+from xtremedistil_tf.io import dir_size
+from xtremedistil_tf.students.artifact import read_config
+
 VARIANTS = (("saved_model", "none"), ("saved_model", "bfloat16"), ("onnx", "none"), ("onnx", "dynamic_int8"),
             ("tflite", "none"), ("tflite", "dynamic_int8"), ("tflite", "float16"))
 BATCH = 32
@@ -36,8 +46,6 @@ SCORE_BATCH = 64
 
 def define_flags() -> None:
     """This benchmark's flags; call before flags are parsed (bin/benchmark does). Idempotent."""
-    from absl import flags
-
     if "formats_queries" not in flags.FLAGS:
         flags.DEFINE_integer("formats_queries", 256, "formats: test texts timed at batch 1 and 32.")
     for name, default, help_text in [
@@ -117,8 +125,6 @@ def parse_variants(spec: str) -> List[Tuple[str, str]]:
 
 def export_variant(student_dir, out_dir, fmt: str, quantize: str, lengths: Sequence[int]):
     """Exported(directory, model_file, module) of one variant, written by bin/export's function."""
-    from xtremedistil_tf.export.formats import export
-
     saved_model = fmt == "saved_model"
     return export(student_dir, out_dir, fmt, quantize, "ner" if quantize == "none" or not saved_model else
                   f"ner-{quantize}", version=int(saved_model), overwrite=True, lengths=lengths if fmt == "tflite" else ())
@@ -139,14 +145,6 @@ def benchmark(work_dir, variants: Sequence[Tuple[str, str]] = VARIANTS, queries:
               student_dir: Optional[str] = None) -> Tuple[List[str], List[Dict]]:
     """(printable lines, one dict per variant: format, quantize, size_bytes, parameters, f1, b1_ms,
     b32_ms, peak_rss_mib, or `refused` with the reason)."""
-    import tensorflow as tf
-
-    from xtremedistil_tf.data.loading import read_jsonl
-    from xtremedistil_tf.errors import ConfigError
-    from xtremedistil_tf.data.scoring import char_spans, span_scores
-    from xtremedistil_tf.students.artifact import read_config
-    from xtremedistil_tf.io import dir_size
-
     work_dir = Path(work_dir)
     student_dir, test_path = Path(student_dir or work_dir / "student"), work_dir / "data" / "test.jsonl"
     for path in (student_dir / "student.json", test_path):
@@ -197,8 +195,6 @@ def benchmark(work_dir, variants: Sequence[Tuple[str, str]] = VARIANTS, queries:
 
 
 def run(repeats: int) -> List[str]:
-    from absl import flags
-
     FLAGS = flags.FLAGS
     if not FLAGS.work_dir:
         raise ValueError("bin/benchmark formats needs --work_dir (a trained work dir: student/, data/test.jsonl)")

@@ -41,13 +41,18 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 from absl import flags
+from transformers import BertConfig, TFAutoModel
 
+from xtremedistil_tf.benchmarks import peers
+from xtremedistil_tf.benchmarks.peers import set_tensorflow_threads
 from xtremedistil_tf.benchmarks.timing import BATCHES, LABELS, median_ms, query_batches
 from xtremedistil_tf.data.alignment import TagVocab
-from xtremedistil_tf.students.artifact import StudentMeta, served_model
+from xtremedistil_tf.export.serving import NerServing
 from xtremedistil_tf.io import atomic_write_json, dir_size
+from xtremedistil_tf.students.artifact import StudentMeta, served_model
 from xtremedistil_tf.students.layers import BlockBiLSTM, SequenceMask
 from xtremedistil_tf.students.models import HEADS_ON, build_bilstm_student
+from xtremedistil_tf.teachers.model import TokenTeacher
 
 FLAGS = flags.FLAGS
 
@@ -93,8 +98,6 @@ DEFAULT_REPEATS = 1  # passes when --repeats is not given: one teacher pass at b
 
 def teacher_config(spec: str):
     """BertConfig from a name in TEACHER_CONFIGS, a JSON object, or the path of a JSON file."""
-    from transformers import BertConfig
-
     if spec in TEACHER_CONFIGS:
         fields = TEACHER_CONFIGS[spec]
     elif spec.lstrip().startswith("{"):
@@ -106,10 +109,6 @@ def teacher_config(spec: str):
 
 def build_teacher(config, seq_length: int):
     """A randomly initialised TokenTeacher over `config`, built for `seq_length`."""
-    from transformers import TFAutoModel
-
-    from xtremedistil_tf.teachers.model import TokenTeacher
-
     encoder = TFAutoModel.from_config(config)
     encoder.build_in_name_scope()
     teacher = TokenTeacher(encoder, TagVocab(LABELS), max_seq_length=seq_length)
@@ -220,9 +219,6 @@ def string_signature_ms(student: tf.keras.Model, vocab_size: int, queries: int, 
     """Per-query ms of the `serving_default` (raw text) signature of a SavedModel exported the way
     bin/export does it (export.serving.NerServing: the fused LSTM kernel, or with `xla_lengths` the
     unrolled BiLSTM under XLA), reloaded from disk."""
-    from xtremedistil_tf.export.serving import NerServing
-    from xtremedistil_tf.students.artifact import StudentMeta
-
     vocab, texts = word_texts(vocab_size, queries, seq_length)
     module = NerServing(student, StudentMeta(labels=LABELS), vocab, xla_lengths=xla_lengths)
     with tempfile.TemporaryDirectory() as tmp:
@@ -266,8 +262,6 @@ def measure(teacher_spec: str, students: Sequence[Tuple[int, int]], queries: int
 
 def _measure(teacher_spec, students, queries, seq_length, repeats, string_signature, heads_on, student_vocab_size,
              peer_threads, tmp: Path) -> dict:
-    from xtremedistil_tf.benchmarks import peers
-
     config = teacher_config(teacher_spec)
     ids = make_queries(config.vocab_size, queries, seq_length)
     student_vocab = student_vocab_size or config.vocab_size
@@ -358,8 +352,6 @@ def format_lines(result: dict) -> List[str]:
                 lines.append(f"  {'':<8} exported string signature (tokenizer in graph, {how}): "
                              f"{sig['batch1']:.3f} ms/query at batch 1, {sig['batch32']:.3f} at batch 32")
     if "peers" in result:
-        from xtremedistil_tf.benchmarks import peers
-
         lines += peers.format_lines(result["peers"], result["seq_length"])
     return lines
 
@@ -395,8 +387,6 @@ def run(repeats: int) -> List[str]:
         raise ValueError("--latency_threads sets the threads of the --latency_peers rows; pass --latency_peers")
     threads = 0
     if FLAGS.latency_peers:
-        from xtremedistil_tf.benchmarks.peers import set_tensorflow_threads
-
         threads = set_tensorflow_threads(FLAGS.latency_threads)
     result = measure(FLAGS.teacher_config, parse_students(students), FLAGS.queries, FLAGS.seq_length,
                      passes, heads_on=FLAGS.student_heads_on, student_vocab_size=FLAGS.student_vocab_size,

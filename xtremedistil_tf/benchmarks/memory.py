@@ -39,6 +39,15 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 import numpy as np
+import tensorflow as tf
+from absl import flags
+
+from xtremedistil_tf.methods import multigrained as mg
+from xtremedistil_tf.methods.staged import DistilConfig, train_student
+from xtremedistil_tf.methods.student_run import staged_sources
+from xtremedistil_tf.students import build_bilstm_student
+from xtremedistil_tf.students.crf_student import build_bilstm_crf_student
+from xtremedistil_tf.transfer.cache import read_sharded, write_sharded
 
 SEQ, HIDDEN, KBEST, VOCAB = 64, 384, 5, 30522
 LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]  # + X, [CLS], [SEP], [PAD]: 11 tags
@@ -54,8 +63,6 @@ LOOPS = ("staged", "multigrained")
 
 def define_flags() -> None:
     """This benchmark's flags; call before flags are parsed (bin/benchmark does). Idempotent."""
-    from absl import flags
-
     definitions = [
         ("memory_sizes", "10000,100000", "memory: transfer-set sizes (windows), comma-separated."),
         ("memory_loops", ",".join(LOOPS), "memory: training loops to measure: staged, multigrained."),
@@ -97,8 +104,6 @@ def window_outputs(start: int, end: int, labeled: int = LABELED, seq: int = SEQ,
 
 def write_cache(directory, size: int, labeled: int = LABELED, **shape) -> dict:
     """A complete cache of `size` synthetic windows in `directory` (`write_sharded`, hidden as float16)."""
-    from xtremedistil_tf.transfer.cache import write_sharded
-
     return write_sharded(directory, size, lambda s, e: window_outputs(s, e, labeled, **shape),
                          shard_size=SHARD, batch_size=250, dtypes={"hidden": "float16"},
                          fingerprint={"benchmark": "memory", "labeled": labeled, **shape}, progress=False)
@@ -120,12 +125,6 @@ def _peak_rss_mib() -> float:
 
 def train_staged(transfer_dir, dev_dir, steps: int) -> Dict[str, float]:
     """D4.2 on the cache through the pipeline's staged_sources and train_student (see module doc)."""
-    import tensorflow as tf
-
-    from xtremedistil_tf.students import build_bilstm_student
-    from xtremedistil_tf.methods.staged import DistilConfig, train_student
-    from xtremedistil_tf.methods.student_run import staged_sources
-
     config = DistilConfig(pad_id=PAD_ID, epochs_per_layer=1, patience=None, batch_size=BATCH, seed=0)
     tf.keras.utils.set_random_seed(config.seed)
     train_for, transfer_for, dev_ds = staged_sources(config, transfer_dir, dev_dir, LABELED)
@@ -137,12 +136,6 @@ def train_staged(transfer_dir, dev_dir, steps: int) -> Dict[str, float]:
 
 def train_multigrained_steps(transfer_dir, steps: int, shuffle_buffer: int = 0) -> Dict[str, float]:
     """`steps` multi-grained (hard + seq_ce) steps on train_multigrained's stream of the cache."""
-    import tensorflow as tf
-
-    from xtremedistil_tf.students.crf_student import build_bilstm_crf_student
-    from xtremedistil_tf.transfer.cache import read_sharded
-    from xtremedistil_tf.methods import multigrained as mg
-
     options = {"shuffle_buffer": shuffle_buffer} if shuffle_buffer else {}
     config = mg.MultiGrainedConfig(losses=("hard", "seq_ce"), batch_size=BATCH, kbest=KBEST, seed=0, **options)
     tf.keras.utils.set_random_seed(config.seed)
@@ -165,8 +158,6 @@ def train_multigrained_steps(transfer_dir, steps: int, shuffle_buffer: int = 0) 
 
 def child(loop: str, transfer_dir: str, dev_dir: str, steps: int, shuffle_buffer: int = 0) -> dict:
     """One measurement, in this (fresh) process: the loop's numbers plus peak RSS."""
-    import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
-
     if loop == "staged":
         result = train_staged(transfer_dir, dev_dir, steps)
     elif loop == "multigrained":
@@ -195,8 +186,6 @@ def _cache_bytes(directory) -> int:
 def benchmark(sizes: Sequence[int], loops: Sequence[str], steps: int, root=None,
               shuffle_buffer: int = 0) -> List[str]:
     """Write the caches, measure every (loop, size) in its own process, delete the caches."""
-    import tensorflow as tf
-
     unknown = [loop for loop in loops if loop not in LOOPS]
     if unknown:
         raise ValueError(f"unknown loop(s) {unknown}; expected some of {LOOPS}")
@@ -230,8 +219,6 @@ def benchmark(sizes: Sequence[int], loops: Sequence[str], steps: int, root=None,
 
 
 def run(repeats: int) -> List[str]:
-    from absl import flags
-
     FLAGS = flags.FLAGS
     sizes = [int(s) for s in FLAGS.memory_sizes.split(",") if s.strip()]
     loops = [s.strip() for s in FLAGS.memory_loops.split(",") if s.strip()]

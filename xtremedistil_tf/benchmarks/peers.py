@@ -25,7 +25,12 @@ from typing import Callable, List, Sequence
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf.benchmarks.timing import median_ms
+from xtremedistil_tf.benchmarks.timing import BATCHES, LABELS, median_ms, query_batches
+from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
+from xtremedistil_tf.export.formats import export_portable, quantize_onnx
+from xtremedistil_tf.export.serving import export_student
+from xtremedistil_tf.export.teacher import teacher_function, teacher_onnx
+from xtremedistil_tf.students.artifact import StudentMeta, write_student_dir
 
 TEACHER_PEER = ("teacher", "onnxruntime", "onnx", "dynamic_int8", "ids")
 KEYS = ("model", "runtime", "format", "quantize", "input")
@@ -63,8 +68,6 @@ def _ms(call: Callable, batches: Sequence, repeats: int) -> float:
 
 def _row(key, call: Callable, queries, repeats: int, batch_of: Callable) -> dict:
     """One row: `call(batch)` timed at each of latency.BATCHES over batch_of(queries, batch)."""
-    from xtremedistil_tf.benchmarks.timing import BATCHES
-
     return {**dict(zip(KEYS, key)),
             "latency_ms": {f"batch{b}": _ms(call, batch_of(queries, b), repeats) for b in BATCHES}}
 
@@ -79,10 +82,6 @@ def _ids_call(fn: Callable, numpy_inputs: bool) -> Callable:
 def teacher_rows(teacher, ids: np.ndarray, repeats: int, threads: int, workdir: Path) -> List[dict]:
     """The teacher in TensorFlow and in ONNX Runtime float32 / dynamic int8, ids in."""
     import onnxruntime
-
-    from xtremedistil_tf.benchmarks.timing import query_batches
-    from xtremedistil_tf.export.formats import quantize_onnx
-    from xtremedistil_tf.export.teacher import teacher_function, teacher_onnx
 
     function = teacher_function(teacher)
     rows = [_row(("teacher", "tensorflow", "tf.function", "none", "ids"),
@@ -108,12 +107,6 @@ def _ort_options(threads: int):
 def student_rows(trained: tf.keras.Model, name: str, ids: np.ndarray, vocab: List[str], texts: np.ndarray,
                  repeats: int, threads: int, workdir: Path) -> List[dict]:
     """One student (a trained Keras BiLSTM student) in every format bin/export writes, ids in and text in."""
-    from xtremedistil_tf.benchmarks.timing import LABELS, query_batches
-    from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
-    from xtremedistil_tf.export.formats import export_portable
-    from xtremedistil_tf.export.serving import export_student
-    from xtremedistil_tf.students.artifact import StudentMeta, write_student_dir
-
     root = workdir / name
     root.mkdir()
     (root / "vocab.txt").write_text("".join(p + "\n" for p in vocab), encoding="utf-8")
@@ -131,7 +124,7 @@ def student_rows(trained: tf.keras.Model, name: str, ids: np.ndarray, vocab: Lis
     shipped = str(Path(__file__).resolve().parent.parent / "export")
     if shipped not in sys.path:
         sys.path.insert(0, shipped)
-    import portable  # the shipped predict.py, as a client imports it
+    import portable  # noqa: PLC0415  (the shipped predict.py, found on the export folder's path as a client finds it)
 
     for fmt, quantize in (("onnx", "none"), ("onnx", "dynamic_int8"), ("tflite", "none"), ("tflite", "dynamic_int8")):
         lengths = (ids.shape[1],) if fmt == "tflite" else ()

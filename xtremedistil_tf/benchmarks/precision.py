@@ -18,7 +18,13 @@ import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.benchmarks.timing import median_ms
-from xtremedistil_tf.engine.precision import POLICIES, precision_policy
+from xtremedistil_tf.crf import ops
+from xtremedistil_tf.data.alignment import TagVocab
+from xtremedistil_tf.engine.precision import POLICIES, precision_policy, with_loss_scaling
+from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, student_crf_constraints
+from xtremedistil_tf.teachers.crf_head import build_crf_teacher
+from xtremedistil_tf.teachers.finetune import FinetuneConfig, make_train_step, parameter_groups
+from xtremedistil_tf.teachers.model import write_random_teacher_dir
 
 BATCH, LENGTH = 32, 64
 LABELS = ["O"] + [f"{p}-{t}" for t in ("NR", "NS", "NT") for p in "BMES"]
@@ -33,10 +39,6 @@ def _batch(vocab_size: int, num_tags: int) -> dict:
 
 
 def teacher_step() -> Callable[[], tf.Tensor]:
-    from xtremedistil_tf.teachers.crf_head import build_crf_teacher
-    from xtremedistil_tf.teachers.finetune import FinetuneConfig, make_train_step, parameter_groups
-    from xtremedistil_tf.teachers.model import write_random_teacher_dir
-
     directory = write_random_teacher_dir(tempfile.mkdtemp(prefix="bench_teacher_") + "/t",
                                          [chr(c) for c in range(0x4E00, 0x4E00 + 3000)], TEACHER)
     teacher, _ = build_crf_teacher(str(directory), LABELS, "BMES", LENGTH, random_init=True)
@@ -47,11 +49,6 @@ def teacher_step() -> Callable[[], tf.Tensor]:
 
 
 def student_step() -> Callable[[], tf.Tensor]:
-    from xtremedistil_tf.crf import ops
-    from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, student_crf_constraints
-    from xtremedistil_tf.engine.precision import with_loss_scaling
-
     vocab = TagVocab(LABELS)
     student = build_bilstm_crf_student(3005, len(vocab), student_crf_constraints(vocab, "BMES"),
                                        embedding_dim=100, hidden=300, dropout=0.5)

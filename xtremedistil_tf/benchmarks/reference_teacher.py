@@ -25,6 +25,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 import tensorflow as tf
 from seqeval.metrics import f1_score
+from transformers import AutoTokenizer, TFAutoModel
 
 IGNORE = -100
 
@@ -118,8 +119,6 @@ def train_and_score(data_dir, model_dir: str, epochs: int, batch_size: int, lear
                     max_seq_length: int, seed: int, log=print) -> Dict:
     """Fine-tune `model_dir` on data_dir/train.jsonl; F1 on dev after each epoch and on dev and
     test at the end (entity level, seqeval, IOB2); seconds of training (evaluation excluded)."""
-    from transformers import AutoTokenizer, TFAutoModel
-
     tf.keras.utils.set_random_seed(seed)
     data = {name: read_split(Path(data_dir) / f"{name}.jsonl") for name in ("train", "dev", "test")}
     labels = sorted({t for s in data["train"] for t in s["tags"]})

@@ -17,7 +17,13 @@ import time
 from pathlib import Path
 from typing import List
 
+from absl import flags
+
+from xtremedistil_tf.benchmarks.reference_teacher import train_and_score
+from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_json
+from xtremedistil_tf.run import pipeline
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +32,6 @@ def run(repeats: int, config_from_flags=None, log_to_work_dir=None) -> List[str]
     """``config_from_flags`` and ``log_to_work_dir`` are bin/train's (cli/train.py), passed down by
     cli/benchmark.py: this benchmark takes bin/train's flags, and cli/ sits above benchmarks/."""
     del repeats  # one training run each; the F1s are the result
-    from absl import flags
-
-    from xtremedistil_tf.run import pipeline
-    from xtremedistil_tf.benchmarks.reference_teacher import train_and_score
-    from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS
-    from xtremedistil_tf.errors import ConfigError
 
     FLAGS = flags.FLAGS
     if FLAGS.data_format in CLASSIFICATION_FORMATS:

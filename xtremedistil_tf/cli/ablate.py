@@ -27,11 +27,18 @@ import sys
 
 from absl import flags
 
-from xtremedistil_tf.run.ablate import ALL_STRATEGIES
-from xtremedistil_tf.run.ablate_multigrained import DEFAULT_VARIANTS, VARIANTS
 from xtremedistil_tf.cli import train as train_cli
 from xtremedistil_tf.cli.common import command, log_to_work_dir
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.run.ablate import (
+    ALL_STRATEGIES,
+    check_seeds,
+    check_strategies,
+    check_transfer_sizes,
+    run_ablation,
+    table3_markdown,
+)
+from xtremedistil_tf.run.ablate_multigrained import DEFAULT_VARIANTS, VARIANTS, check_variants, run_variants
 
 FLAGS = flags.FLAGS
 
@@ -63,9 +70,6 @@ def _refuse_other_method_flag() -> None:
 
 
 def ablate() -> None:
-    from xtremedistil_tf.run.ablate import check_seeds, check_strategies, check_transfer_sizes, run_ablation, table3_markdown
-    from xtremedistil_tf.run.ablate_multigrained import check_variants, run_variants
-
     _refuse_other_method_flag()
     multigrained = FLAGS.method == "multigrained"
     names = check_variants(FLAGS.variants) if multigrained else check_strategies(FLAGS.strategies)

@@ -21,10 +21,10 @@ import sys
 from absl import flags
 
 import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
-
 from xtremedistil_tf.benchmarks import formats, latency, memory  # noqa: E402
-from xtremedistil_tf.cli.common import flag_group, one_line, run_app, run_main  # noqa: E402
+from xtremedistil_tf.benchmarks.registry import BENCHMARKS
 from xtremedistil_tf.cli import train as _train_flags  # noqa: E402  (bin/benchmark teacher takes bin/train's flags)
+from xtremedistil_tf.cli.common import flag_group, one_line, run_app, run_main  # noqa: E402
 from xtremedistil_tf.errors import XtremeDistilError  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -37,8 +37,6 @@ formats.define_flags()
 
 
 def main(argv):
-    from xtremedistil_tf.benchmarks.registry import BENCHMARKS
-
     names = argv[1:]
     unknown = [name for name in names if name not in BENCHMARKS]
     if not names or unknown:

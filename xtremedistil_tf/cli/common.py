@@ -11,6 +11,7 @@ from typing import Callable, FrozenSet, List, Sequence, Tuple
 
 from absl import app, flags
 
+from xtremedistil_tf import console
 from xtremedistil_tf.errors import INTERRUPT, ConfigError, Interrupted, XtremeDistilError
 
 FLAGS = flags.FLAGS
@@ -156,8 +157,6 @@ def run_main(body: Callable[[], None]) -> None:
 
     Tracebacks are for bugs, or with --verbose.
     """
-    from xtremedistil_tf import console
-
     console.setup(FLAGS.verbose)
     INTERRUPT.clear()
     main = threading.current_thread() is threading.main_thread()   # where Python runs signal handlers

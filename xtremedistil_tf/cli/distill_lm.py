@@ -18,9 +18,19 @@ import time
 from pathlib import Path
 
 from absl import flags
+from transformers import AutoConfig
 
-from xtremedistil_tf.cli.common import (command, define_common_flags, define_execution_flags, log_to_work_dir)
+from xtremedistil_tf.cli.common import command, define_common_flags, define_execution_flags, log_to_work_dir
+from xtremedistil_tf.data.readers import read_wikiann_dirs
+from xtremedistil_tf.engine.distribute import make_distribution, scope_of, worker_work_dir
+from xtremedistil_tf.engine.precision import precision_policy
+from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import atomic_write_json, atomic_write_text, markdown_table, read_json
+from xtremedistil_tf.methods.subwords import dual, models, train, vocab
+from xtremedistil_tf.methods.subwords.models import encoder_parameter_count
+from xtremedistil_tf.run.workdir import fingerprint_hash
+from xtremedistil_tf.teachers.pretrained import resolve_teacher_path
 
 FLAGS = flags.FLAGS
 
@@ -88,17 +98,12 @@ def run_config() -> dict:
 
 
 def read_words(split: str, cap: int):
-    from xtremedistil_tf.data.readers import read_wikiann_dirs
-
     sentences = [s.tokens for s in read_wikiann_dirs(FLAGS.data_dir, FLAGS.langs, split)]
     return sentences[:cap] if cap else sentences
 
 
 def size_table(student_cfg, teacher_cfg) -> str:
     """The paper's Table 1: encoder parameters (what fine-tuning loads, pooler included, MLM heads not)."""
-    from xtremedistil_tf.io import markdown_table
-    from xtremedistil_tf.methods.subwords.models import encoder_parameter_count
-
     t = encoder_parameter_count(teacher_cfg)
     rows = [[model, str(cfg.vocab_size), str(cfg.hidden_size), f"{params:,}", f"{params * 4 / 2**20:.1f}",
              f"{t / params:.1f}x"]
@@ -109,14 +114,6 @@ def size_table(student_cfg, teacher_cfg) -> str:
 
 
 def distill() -> None:
-    from xtremedistil_tf.engine.distribute import make_distribution, scope_of, worker_work_dir
-    from xtremedistil_tf.engine.precision import precision_policy
-    from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
-    from xtremedistil_tf.io import atomic_write_json, atomic_write_text, read_json
-    from xtremedistil_tf.teachers.pretrained import resolve_teacher_path
-    from xtremedistil_tf.methods.subwords import dual, models, train, vocab
-    from xtremedistil_tf.run.workdir import fingerprint_hash
-
     check_flags()
     distribution = make_distribution(FLAGS.distribution)
     work = Path(worker_work_dir(FLAGS.work_dir, distribution))
@@ -170,8 +167,6 @@ def distill() -> None:
         student, train.eval_batches(held_out, s_spec, t_spec, mask_prob=cfg.mask_prob, max_len=cfg.max_len,
                                     seed=FLAGS.seed))
     models.save_student(student, student_tokenizer, work / "student")
-
-    from transformers import AutoConfig
 
     table = size_table(student_cfg, AutoConfig.from_pretrained(str(teacher_path)))
     atomic_write_text(work / "model_sizes.md", table)

@@ -41,13 +41,28 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from absl import flags
 
 from xtremedistil_tf.cli.common import command, define_common_flags
+from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
+from xtremedistil_tf.data.alignment import TagVocab
+from xtremedistil_tf.data.classification import ClassVocab
+from xtremedistil_tf.data.demo import read_demo, split_train_dev_test
 from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS
+from xtremedistil_tf.data.readers import read_dataset, read_wikiann_dirs
+from xtremedistil_tf.data.schemes import normalize_scheme
+from xtremedistil_tf.data.scoring import char_spans, score_by_language, span_scores
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import DEFAULT_WORD_SPLIT, apply_word_split
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
-from xtremedistil_tf.students.artifact import CLASSIFIER
-from xtremedistil_tf.io import read_json, say_if_blocking
+from xtremedistil_tf.export.portable import Predictor
+from xtremedistil_tf.export.predictor import load_serving_fn, predict, saved_model_dir
+from xtremedistil_tf.export.serving import exported_decode
+from xtremedistil_tf.io import atomic_write_json, read_json, say_if_blocking
+from xtremedistil_tf.methods.classification import evaluate_classifier_student
+from xtremedistil_tf.methods.student_run import evaluate_student, load_student
+from xtremedistil_tf.students.artifact import CLASSIFIER, read_config
+from xtremedistil_tf.teachers.classifier import SequenceTeacher, evaluate_sequence_teacher
+from xtremedistil_tf.teachers.finetune import evaluate_teacher
+from xtremedistil_tf.teachers.pretrained import PretrainedSequenceTeacher
+from xtremedistil_tf.teachers.saved import load_teacher
 
 OWN = "own"   # --decode of a token teacher's own decoding
 
@@ -87,9 +102,6 @@ def read_labeled(fmt: str, data_dir: str, test_file: str, langs: Sequence[str], 
                  seed: int = 42, word_split: str = DEFAULT_WORD_SPLIT) -> List[Sentence]:
     """The labeled sentences the data flags name, read as bin/train reads its test split (in `word_split`'s
     words; sentence-classification data as it is)."""
-    from xtremedistil_tf.data.demo import read_demo, split_train_dev_test
-    from xtremedistil_tf.data.readers import read_dataset, read_wikiann_dirs
-
     if fmt == "demo":
         sentences = split_train_dev_test(read_demo(), dev_fraction, test_fraction, seed)[2]
     elif fmt == "wikiann":
@@ -152,8 +164,6 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
             meta = _export_meta(path)
             if meta is not None:
                 _check_tags(path, meta.scheme, meta.labels, sentences, scheme)
-            from xtremedistil_tf.export.predictor import saved_model_dir
-            from xtremedistil_tf.export.serving import exported_decode
 
             exported = exported_decode(saved_model_dir(path))
         if decode is not None and decode != exported:
@@ -164,11 +174,6 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
                 **_evaluate_served(path, sentences, scheme, portable, served)}
     _check_task(path, kind, sentences)
     if kind == "teacher":
-        from xtremedistil_tf.teachers.classifier import SequenceTeacher, evaluate_sequence_teacher
-        from xtremedistil_tf.teachers.finetune import evaluate_teacher
-        from xtremedistil_tf.teachers.saved import load_teacher
-        from xtremedistil_tf.teachers.pretrained import PretrainedSequenceTeacher
-
         teacher, tokenizer = load_teacher(path)
         if isinstance(teacher, (SequenceTeacher, PretrainedSequenceTeacher)):
             if decode is not None:
@@ -195,9 +200,6 @@ def _check_task(path: Path, kind: str, sentences: Sequence[Sentence]) -> None:
 
 def _export_meta(path: Path):
     """The student.json an export carries (assets.extra/, export.serving), None if it has none."""
-    from xtremedistil_tf.export.predictor import saved_model_dir
-    from xtremedistil_tf.students.artifact import read_config
-
     extra = saved_model_dir(path) / "assets.extra"
     return read_config(extra) if (extra / "student.json").exists() else None
 
@@ -207,8 +209,6 @@ def _check_tags(path: Path, model_scheme: str, labels: Sequence[str], sentences:
     """A tagger (student dir or export) scores data of its own scheme and label set only; checked
     before the model loads. Predicted tags are in the model's scheme and gold tags in --scheme;
     scoring converts both with one scheme, so they must agree."""
-    from xtremedistil_tf.data.schemes import normalize_scheme
-
     if model_scheme != normalize_scheme(scheme):
         raise ConfigError(f"{path} tags in {model_scheme}, but --scheme={scheme}")
     unknown = sorted({tag for s in sentences for tag in (s.tags or ())} - set(labels))
@@ -218,18 +218,11 @@ def _check_tags(path: Path, model_scheme: str, labels: Sequence[str], sentences:
 
 
 def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str, decode: str) -> Dict:
-    from xtremedistil_tf.data.alignment import TagVocab
-    from xtremedistil_tf.students.artifact import read_config
-    from xtremedistil_tf.methods.student_run import evaluate_student, load_student
-
     meta = read_config(path)
     if meta.decoder != CLASSIFIER:
         _check_tags(path, meta.scheme, meta.labels, sentences, scheme)
     model, meta, tokenizer = load_student(path)
     if meta.decoder == CLASSIFIER:
-        from xtremedistil_tf.data.classification import ClassVocab
-        from xtremedistil_tf.methods.classification import evaluate_classifier_student
-
         return evaluate_classifier_student(model, tokenizer, ClassVocab(meta.labels), meta.max_seq_length, sentences)
     return {"decode": decode, **evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length,
                                                  sentences, scheme, meta.decoder, decode)}
@@ -240,18 +233,12 @@ def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, por
     """Exact character-span scores of an exported model's entities on the sentences' raw text (its own
     tokenizer splits it into words): a SavedModel through its serving signature, an ONNX or TFLite export
     through its shipped predict.py (export/portable.py), in this process."""
-    from xtremedistil_tf.data.scoring import char_spans, score_by_language, span_scores
-
     if any(s.tags is None for s in sentences):
         raise ConfigError(f"{path} tags tokens; score it on tagged data, not --data_format=label_tsv")
     texts = [s.raw_text for s in sentences]
     if portable:
-        from xtremedistil_tf.export.portable import Predictor
-
         records = Predictor(path).predict(texts)
     else:
-        from xtremedistil_tf.export.predictor import load_serving_fn, predict
-
         records = predict(load_serving_fn(path), texts)
     gold = [char_spans(s, s.tags, scheme) for s in sentences]
     pred = [{(e["start"], e["end"], e["type"]) for e in r["entities"]} for r in records]
@@ -264,8 +251,6 @@ def format_examples(sentences: Sequence[Sentence], served: Sequence[set], scheme
     """`count` sentences whose served entities equal the gold ones (those with three or more entities first, then
     two, then one, the shortest texts first: what reads as an example) and the first with an entity served wrong,
     each as its raw text with the gold and the served entities."""
-    from xtremedistil_tf.data.scoring import char_spans
-
     gold = [char_spans(s, s.tags, scheme) for s in sentences]
     right = sorted((i for i, (g, p) in enumerate(zip(gold, served)) if g and g == p),
                    key=lambda i: (-min(len(gold[i]), 3), len(sentences[i].raw_text), i))
@@ -306,8 +291,6 @@ def format_scores(scores: Dict) -> str:
 
 
 def evaluate() -> None:
-    from xtremedistil_tf.io import atomic_write_json
-
     if not FLAGS.model:
         raise ConfigError("--model is required")
     model_kind(FLAGS.model)   # a wrong dir fails before the data is read

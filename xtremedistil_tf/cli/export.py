@@ -19,6 +19,10 @@ from absl import flags
 
 from xtremedistil_tf.cli.common import command, define_common_flags, int_list
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.export.formats import check_format
+from xtremedistil_tf.export.formats import export as export_model
+from xtremedistil_tf.export.teacher import check_teacher_dir
+from xtremedistil_tf.export.teacher import export_teacher as write
 
 FLAGS = flags.FLAGS
 
@@ -104,8 +108,6 @@ STUDENT_ONLY = ("student_dir", "version", "prune_vocab", "prune_corpus", "prune_
 
 def export_teacher() -> None:
     """bin/export --teacher: the flags checked, then the teacher written (export/teacher.py)."""
-    from xtremedistil_tf.export.teacher import check_teacher_dir, export_teacher as write
-
     given = [f"--{name}" for name in STUDENT_ONLY if FLAGS[name].present]
     if given:
         raise ConfigError(f"--teacher exports the teacher; drop {', '.join(given)} (student flags)")
@@ -124,8 +126,6 @@ def export_teacher() -> None:
 
 
 def export() -> None:
-    from xtremedistil_tf.export.formats import check_format, export as export_model
-
     if FLAGS.teacher:
         return export_teacher()
     if FLAGS.teacher_dir:

@@ -12,14 +12,36 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import tensorflow as tf
 from absl import flags
 
 from xtremedistil_tf.cli.common import command, define_common_flags, define_execution_flags, int_list, log_to_work_dir
+from xtremedistil_tf.engine.distribute import is_chief, make_distribution, scope_of, worker_work_dir
+from xtremedistil_tf.engine.precision import precision_policy
+from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import atomic_write_json, read_json
 from xtremedistil_tf.losses.hidden import MAPPINGS
 from xtremedistil_tf.methods.nas.controller import ControllerConfig
-from xtremedistil_tf.methods.nas.distill import OBJECTIVES, DistillConfig
-from xtremedistil_tf.methods.nas.search import SearchConfig
+from xtremedistil_tf.methods.nas.distill import (
+    OBJECTIVES,
+    DistillConfig,
+    Distiller,
+    build_student,
+    describe,
+    distil_arch,
+    encode_texts,
+    load_teacher,
+    read_texts,
+    save_student,
+    split_texts,
+)
+from xtremedistil_tf.methods.nas.latency import LatencyTable, build_latency_table
+from xtremedistil_tf.methods.nas.report import plot_loss_latency, write_report
+from xtremedistil_tf.methods.nas.reward import reward
+from xtremedistil_tf.methods.nas.search import SearchConfig, run_search, top_records
+from xtremedistil_tf.methods.nas.space import Arch, SearchSpace
+from xtremedistil_tf.run.workdir import fingerprint_hash
 
 FLAGS = flags.FLAGS
 log = logging.getLogger("nas_search")
@@ -89,8 +111,6 @@ define_execution_flags("--mode=distill's distillation (the search's proxy runs u
 
 
 def search_space(num_teacher_layers: int):
-    from xtremedistil_tf.methods.nas.space import SearchSpace
-
     space = SearchSpace(*(tuple(int_list(name)) for name in ("layers", "heads", "hidden", "intermediate")),
                         tuple(FLAGS.activations))
     return space if FLAGS.allow_deeper_students else space.restricted_to_depth(num_teacher_layers)
@@ -107,8 +127,6 @@ class Context:
     """Teacher, text and latency table shared by the modes."""
 
     def __init__(self, train_sentences: int):
-        from xtremedistil_tf.methods.nas.distill import encode_texts, load_teacher, read_texts, split_texts
-
         self.work = Path(FLAGS.work_dir)
         self.teacher, self.tokenizer, self.teacher_config = load_teacher(FLAGS.teacher)
         texts = read_texts(FLAGS.text_file, FLAGS.wikiann_dir, FLAGS.langs)
@@ -130,8 +148,6 @@ class Context:
 
     def existing_latency_table(self):
         """The finished table when there is one (distill mode only reports latency), else None."""
-        from xtremedistil_tf.methods.nas.latency import LatencyTable
-
         path = self.latency_table_path()
         try:
             return LatencyTable.load(path) if path.exists() else None
@@ -139,8 +155,6 @@ class Context:
             return None
 
     def latency_table(self):
-        from xtremedistil_tf.methods.nas.latency import build_latency_table
-
         path = self.latency_table_path()
         rng = np.random.default_rng(FLAGS.seed)
         states = self.space.states
@@ -151,9 +165,6 @@ class Context:
 
 def make_evaluator(ctx: Context, table):
     """Proxy mini-KD of one architecture -> {"loss", "latency_ms", "reward", "parameters", "train_loss"}."""
-    from xtremedistil_tf.methods.nas.distill import describe, distil_arch
-    from xtremedistil_tf.methods.nas.reward import reward
-
     config = distill_config(FLAGS.proxy_epochs, FLAGS.proxy_eager)
 
     def evaluate(arch) -> dict:
@@ -172,8 +183,6 @@ def make_evaluator(ctx: Context, table):
 
 def random_baselines(ctx: Context, evaluate) -> list:
     """--random_baselines architectures per --random_seeds, proxy-distilled; cached in baselines.json."""
-    from xtremedistil_tf.io import atomic_write_json, read_json
-
     path = ctx.work / "baselines.json"
     done = read_json(path) if path.exists() else []
     states = ctx.space.states
@@ -189,10 +198,6 @@ def random_baselines(ctx: Context, evaluate) -> list:
 
 
 def run_search_mode() -> None:
-    from xtremedistil_tf.methods.nas.report import plot_loss_latency, write_report
-    from xtremedistil_tf.methods.nas.search import run_search, top_records
-    from xtremedistil_tf.io import atomic_write_json
-
     ctx = Context(FLAGS.proxy_sentences)
     table = ctx.latency_table()
     log.info("teacher latency %.2f ms; latency model error %s", table.teacher_ms, table.verification_error())
@@ -224,10 +229,6 @@ def run_search_mode() -> None:
 
 
 def chosen_arch(work: Path):
-    from xtremedistil_tf.io import read_json
-    from xtremedistil_tf.methods.nas.search import top_records
-    from xtremedistil_tf.methods.nas.space import Arch
-
     spec = FLAGS.arch
     if spec == "best" or spec.startswith("top:"):
         rank = 1 if spec == "best" else int(spec.split(":", 1)[1])
@@ -242,12 +243,6 @@ def chosen_arch(work: Path):
 
 
 def run_distill_mode() -> None:
-    from xtremedistil_tf.engine.distribute import is_chief, make_distribution, scope_of, worker_work_dir
-    from xtremedistil_tf.engine.precision import precision_policy
-    from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
-    from xtremedistil_tf.methods.nas.distill import build_student, describe, Distiller, save_student
-    from xtremedistil_tf.run.workdir import fingerprint_hash
-
     distribution = make_distribution(FLAGS.distribution)
     work = Path(worker_work_dir(FLAGS.work_dir, distribution))
     arch = chosen_arch(Path(FLAGS.work_dir))
@@ -277,8 +272,6 @@ def run_distill_mode() -> None:
 
 
 def nas_search() -> None:
-    import tensorflow as tf
-
     if not FLAGS.work_dir:
         raise ConfigError("--work_dir is required")
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.num_threads)

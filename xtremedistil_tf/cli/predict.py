@@ -18,6 +18,9 @@ from absl import flags
 
 from xtremedistil_tf.cli.common import command, define_common_flags
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.export.portable import read_lines
+from xtremedistil_tf.export.predictor import as_text, load_serving_fn, predict
+from xtremedistil_tf.io import say_if_blocking
 
 FLAGS = flags.FLAGS
 
@@ -34,9 +37,6 @@ define_common_flags()
 
 def _read_lines(name: str):
     """One text per line of --input (portable.read_lines: split at \\n only, invalid UTF-8 replaced)."""
-    from xtremedistil_tf.export.portable import read_lines
-    from xtremedistil_tf.io import say_if_blocking
-
     if name == "-":
         return read_lines(sys.stdin.buffer.read(), "<stdin>")
     say_if_blocking(name)
@@ -48,8 +48,6 @@ def _read_lines(name: str):
 
 
 def predict_lines() -> None:
-    from xtremedistil_tf.export.predictor import as_text, load_serving_fn, predict
-
     if not FLAGS.model:
         raise ConfigError("--model is required")
     if FLAGS.batch_size < 1:

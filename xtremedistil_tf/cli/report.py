@@ -10,6 +10,8 @@ from absl import flags
 
 from xtremedistil_tf.cli.common import command, define_common_flags
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.run.pipeline import summary_table
+from xtremedistil_tf.run.report import read_metrics, write_report
 
 FLAGS = flags.FLAGS
 define_common_flags()
@@ -22,15 +24,12 @@ flags.DEFINE_string("latency_json", "", "Latency results of `bin/benchmark laten
 
 
 def report() -> None:
-    from xtremedistil_tf.run.report import read_metrics, write_report
-
     if not FLAGS.work_dir:
         raise ConfigError("--work_dir is required")
     path = write_report(FLAGS.work_dir, FLAGS.latency_json or None, FLAGS.probes or None)
     if not FLAGS.summary:
         print(path)
         return
-    from xtremedistil_tf.run.pipeline import summary_table
 
     work = Path(FLAGS.work_dir)
     metrics, _, hint = read_metrics(work)

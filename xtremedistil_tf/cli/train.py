@@ -12,22 +12,33 @@ from pathlib import Path
 
 from absl import flags
 
-from xtremedistil_tf.cli.common import (command, define_common_flags, define_execution_flags, flag_group,
-                                        log_to_work_dir, one_line)
-from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, DataConfig
-from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.cli.common import (
+    command,
+    define_common_flags,
+    define_execution_flags,
+    flag_group,
+    log_to_work_dir,
+    one_line,
+)
+from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, DataConfig, check_data_config
 from xtremedistil_tf.data.schemes import SCHEMES
+from xtremedistil_tf.engine.distribute import check_tf_config
 from xtremedistil_tf.engine.resume import DEFAULT_SEED
-from xtremedistil_tf.losses.uncertainty import LOSS_WEIGHTINGS
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.sequence import TOKEN_LOSSES
-from xtremedistil_tf.run.pipeline import RANDOM_ALIAS, RunConfig, TeacherConfig, TransferConfig, resolve_teacher_path
-from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, HEADS_ON, StudentArch
-from xtremedistil_tf.teachers.finetune import CRF_RECIPE, HEAD_INITS, SUPERVISIONS, FinetuneConfig, recipe_for
+from xtremedistil_tf.losses.uncertainty import LOSS_WEIGHTINGS
 from xtremedistil_tf.methods.multigrained import LOSSES, MultiGrainedConfig
 from xtremedistil_tf.methods.staged import DistilConfig
 from xtremedistil_tf.methods.strategies import STRATEGIES
+from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.run.pipeline import RANDOM_ALIAS, RunConfig, TeacherConfig, TransferConfig, resolve_teacher_path
+from xtremedistil_tf.run.report import write_report
 from xtremedistil_tf.run.validation import check_overrides, check_ranges, check_tokenizer_files, teacher_config_of
+from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, HEADS_ON, StudentArch
+from xtremedistil_tf.teachers.finetune import CRF_RECIPE, HEAD_INITS, SUPERVISIONS, FinetuneConfig, recipe_for
+from xtremedistil_tf.teachers.model import check_teacher_dir
+from xtremedistil_tf.transfer.multigrained import check_kbest
 
 FLAGS = flags.FLAGS
 
@@ -181,8 +192,6 @@ LEAST_VALUES = {**dict.fromkeys(("teacher_batch_size", "shard_size", "transfer_b
 def check_flags() -> dict:
     """Flag values and combinations that cannot work, found before any file is read or written;
     returns the parsed --teacher_config_overrides."""
-    from xtremedistil_tf.transfer.multigrained import check_kbest
-
     if not FLAGS.work_dir:
         raise ConfigError("--work_dir is required")
     problems = [f"--{name}={FLAGS[name].value}; expected at least {least}" for name, least in LEAST_VALUES.items()
@@ -209,8 +218,6 @@ def check_flags() -> dict:
             raise ConfigError("sentence classification has a BiLSTM student only; drop --student_architecture="
                               f"{FLAGS.student_architecture}")
     if FLAGS.distribution == "multi_worker":
-        from xtremedistil_tf.engine.distribute import check_tf_config
-
         check_tf_config()
     if FLAGS.student and FLAGS.method == "multigrained":
         if FLAGS.teacher_head != "crf":
@@ -230,8 +237,6 @@ def check_teacher_values(overrides: dict) -> None:
 def check_teacher(teacher) -> None:
     """A local --teacher dir against the flags: config.json, weights, --teacher_layer, --max_seq_length.
     Skipped once the work dir holds a fine-tuned teacher: a resumed run no longer reads --teacher."""
-    from xtremedistil_tf.teachers.model import check_teacher_dir
-
     if (Path(FLAGS.work_dir) / "teacher" / "step.json").exists():
         return
     if teacher.name != RANDOM_ALIAS:
@@ -241,8 +246,6 @@ def check_teacher(teacher) -> None:
 
 
 def config_from_flags():
-    from xtremedistil_tf.data.loading import check_data_config
-
     overrides = check_flags()
     data = DataConfig(format=FLAGS.data_format, data_dir=FLAGS.data_dir, train_file=FLAGS.train_file,
                       dev_file=FLAGS.dev_file, test_file=FLAGS.test_file, langs=list(FLAGS.langs),
@@ -289,15 +292,12 @@ def student_from_flags():
 
 
 def train() -> None:
-    from xtremedistil_tf.run import pipeline
-
     cfg = config_from_flags()
     try:
         log_to_work_dir(cfg.work_dir)
     except OSError as e:  # a read-only or misplaced work dir, found before any step runs
         raise ConfigError(f"--work_dir={cfg.work_dir} cannot be written: {one_line(e)}") from None
     metrics = pipeline.run(cfg)
-    from xtremedistil_tf.run.report import write_report
 
     report = write_report(cfg.work_dir)
     print(pipeline.summary_table(cfg.work_dir, metrics), file=sys.stdout, flush=True)

@@ -16,6 +16,7 @@ from xtremedistil_tf.data.demo import HOLDOUT_FRACTION, HOLDOUT_SEED, holdout_sp
 from xtremedistil_tf.data.readers import read_dataset, read_unlabeled, read_wikiann_dirs
 from xtremedistil_tf.data.schemes import entity_types, label_set
 from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.data.tfds_builders import load_tfds_splits, parse_data_source
 from xtremedistil_tf.data.wordsplit import DEFAULT_WORD_SPLIT, WORD_SPLITS, apply_word_split
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_text
@@ -80,8 +81,6 @@ def _path(cfg: DataConfig, name: str) -> Path:
 def check_data_config(cfg: DataConfig) -> None:
     """Flag combinations that cannot work, found before any file is read."""
     if cfg.source:
-        from xtremedistil_tf.data.tfds_builders import parse_data_source
-
         parse_data_source(cfg.source)
         if cfg.format in CLASSIFICATION_FORMATS:
             raise ConfigError(f"--data_source={cfg.source} reads tagged sentences; it does not go with "
@@ -121,8 +120,6 @@ def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
     """
     check_data_config(cfg)
     if cfg.source:
-        from xtremedistil_tf.data.tfds_builders import load_tfds_splits
-
         # TFDS_DATA_DIR (TFDS's own variable) says where prepared datasets live.
         splits = load_tfds_splits(cfg.source, data_dir=os.environ.get("TFDS_DATA_DIR"),
                                   manual_dir=cfg.data_dir or None)

@@ -17,6 +17,9 @@ from __future__ import annotations
 import functools
 from typing import Iterable, List, Sequence, Tuple
 
+from tokenizers import Tokenizer, normalizers, pre_tokenizers
+from tokenizers.models import WordLevel
+
 from xtremedistil_tf.data.schemes import OUTSIDE, normalize_scheme, spans_to_tags, split_tag, tags_to_spans
 from xtremedistil_tf.data.sentence import Sentence
 
@@ -26,9 +29,6 @@ DEFAULT_WORD_SPLIT = "bert"
 
 @functools.lru_cache(maxsize=None)
 def _splitter():
-    from tokenizers import Tokenizer, normalizers, pre_tokenizers
-    from tokenizers.models import WordLevel
-
     # A one-entry WordLevel model makes each pre-tokenized word one [UNK] token whose offsets are the word's
     # characters in the original text (the normalizer's removals mapped back).
     tokenizer = Tokenizer(WordLevel({"[UNK]": 0}, unk_token="[UNK]"))

@@ -5,6 +5,7 @@ import math
 from typing import List, Optional
 
 import tensorflow as tf
+from tqdm.auto import tqdm
 
 
 class BestSoFar:
@@ -62,8 +63,6 @@ class BatchBar(tf.keras.callbacks.Callback):
         self.bar = None
 
     def on_epoch_begin(self, epoch, logs=None):
-        from tqdm.auto import tqdm
-
         total = self.params.get("steps") if self.params else None
         self.bar = tqdm(total=total, desc=self.description, unit="batch", leave=False)
 

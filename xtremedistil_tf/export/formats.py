@@ -23,14 +23,16 @@ from __future__ import annotations
 import shutil
 import tempfile
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tokenizers import BertWordPieceTokenizer
 
-from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export import bfloat16
 from xtremedistil_tf.export.serving import NerServing, export_student, tag_tables
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
@@ -70,8 +72,6 @@ def write_tokenizer(vocab: List[str], lower_case: bool, path) -> None:
     """tokenizer.json: BERT WordPiece over `vocab` (ids = positions) with BERT's normalizer (lower
     case and accents stripped when `lower_case`, CJK characters split) and pre-tokenizer, as the
     SavedModel's tokenizer (export.words.WordPieces, tested on the same words)."""
-    from tokenizers import BertWordPieceTokenizer
-
     tokenizer = BertWordPieceTokenizer({piece: index for index, piece in enumerate(vocab)}, unk_token="[UNK]",
                                        lowercase=lower_case, strip_accents=lower_case, clean_text=True,
                                        handle_chinese_chars=True)
@@ -311,8 +311,6 @@ def export(student_dir, export_dir, fmt: str = "saved_model", quantize: str = "n
 
 def _versions(fmt: str) -> Dict[str, str]:
     """The packages that made the export (export.json "versions")."""
-    from importlib.metadata import PackageNotFoundError, version
-
     names = {"onnx": ("tensorflow", "tf2onnx", "onnx", "onnxruntime", "tokenizers"),
              "tflite": ("tensorflow", "ai-edge-litert", "tokenizers")}[fmt]
     found = {}

@@ -112,7 +112,7 @@ class _TfliteRunner:
         try:
             from ai_edge_litert.interpreter import Interpreter
         except ImportError:  # LiteRT not installed: TensorFlow's own interpreter reads the same file
-            import tensorflow as tf
+            import tensorflow as tf  # noqa: PLC0415  (this file ships alone as predict.py; TensorFlow is optional)
 
             Interpreter = tf.lite.Interpreter
         self.interpreter = Interpreter(model_path=str(path), num_threads=threads or os.cpu_count())

@@ -15,8 +15,15 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers FastBertNormalize etc., which the SavedModel uses)
 
+from xtremedistil_tf.data.alignment import TagVocab, length_batches
 from xtremedistil_tf.data.schemes import tags_to_spans
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.data.wordsplit import split_words
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.export.serving import NerServing
+from xtremedistil_tf.methods.student_run import load_student, served_windows
+from xtremedistil_tf.students.artifact import read_config
+from xtremedistil_tf.teachers.families import WORDPIECE
 
 
 def saved_model_dir(path: Path) -> Path:
@@ -40,10 +47,6 @@ def load_serving_fn(path) -> Callable:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     if (path / "student.json").exists():
-        from xtremedistil_tf.export.serving import NerServing
-        from xtremedistil_tf.students.artifact import read_config
-        from xtremedistil_tf.teachers.families import WORDPIECE
-
         if read_config(path).tokenizer_family != WORDPIECE:
             return TextTagger(path)
         module = NerServing.from_student_dir(path)
@@ -62,10 +65,6 @@ class TextTagger:
     confidence, as the exported graph does."""
 
     def __init__(self, student_dir, batch_size: int = 64, decode: str = "constrained"):
-        from xtremedistil_tf.data.alignment import TagVocab
-        from xtremedistil_tf.export.serving import NerServing
-        from xtremedistil_tf.methods.student_run import load_student
-
         model, self.config, self.tokenizer = load_student(student_dir)
         self.module = NerServing(model, self.config, vocab=None, decode=decode)
         self.tag_vocab = TagVocab(self.config.labels)
@@ -78,11 +77,6 @@ class TextTagger:
 
     def tag_words(self, texts: Sequence[str]):
         """Per text: its words [(word, (start, end))], one label per word, and each label's probability."""
-        from xtremedistil_tf.data.alignment import length_batches
-        from xtremedistil_tf.data.sentence import Sentence
-        from xtremedistil_tf.data.wordsplit import split_words
-        from xtremedistil_tf.methods.student_run import served_windows
-
         # The served word split (data/wordsplit.py) and windows (a BiLSTM reads each text whole), as the export.
         words = [[(t[a:b], (a, b)) for a, b in offsets] for t, offsets in zip(texts, split_words(texts))]
         windows = served_windows([Sentence([w for w, _ in ws]) for ws in words], self.tokenizer, self.tag_vocab,

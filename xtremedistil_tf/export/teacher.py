@@ -20,6 +20,7 @@ import tensorflow as tf
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export.formats import _versions, check_format, onnx_from_function, portable_dir, quantize_onnx
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
+from xtremedistil_tf.teachers.saved import load_teacher
 
 MODEL_FILE = "model.onnx"
 
@@ -69,7 +70,6 @@ def export_teacher(teacher_dir, export_dir, name: str = "ner", quantize: str = "
     target = portable_dir(export_dir, f"{name}-teacher", "onnx", quantize)
     if target.exists() and not overwrite:
         raise ConfigError(f"{target} exists; pass --overwrite")
-    from xtremedistil_tf.teachers.saved import load_teacher
 
     teacher, tokenizer = load_teacher(teacher_dir)
     meta = {"model": MODEL_FILE, "format": "onnx", "quantize": quantize, "teacher_dir": str(teacher_dir),

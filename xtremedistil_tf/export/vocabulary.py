@@ -21,6 +21,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from xtremedistil_tf.errors import DataFormatError
+from xtremedistil_tf.export.words import WordPieces
 from xtremedistil_tf.students.artifact import Replacement
 
 SPECIAL_PIECES = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -47,8 +48,6 @@ def corpus_texts(paths: Sequence[Path]) -> Iterator[str]:
 def piece_counts(texts: Iterable[str], vocab: List[str], lower_case: bool, batch_size: int = 1024) -> np.ndarray:
     """[len(vocab)] int64: how often each piece occurs when the served tokenizer (export.words.WordPieces,
     as in export.serving) splits `texts`."""
-    from xtremedistil_tf.export.words import WordPieces
-
     tokenizer = WordPieces(vocab, lower_case)
     counts = np.zeros(len(vocab), np.int64)
     batch: List[str] = []

@@ -21,6 +21,11 @@ import unicodedata
 from pathlib import Path
 from typing import Dict, Iterable, Sequence
 
+import tensorflow as tf
+import tensorflow_text as tf_text
+from tokenizers.normalizers import BertNormalizer
+from tokenizers.pre_tokenizers import BertPreTokenizer
+
 # The characters tested: every code point but the surrogates (not valid in UTF-8).
 _CODE_POINTS = [c for c in range(sys.maxunicode + 1) if not 0xD800 <= c < 0xE000]
 
@@ -41,9 +46,6 @@ def compute_char_classes(lower_case: bool) -> Dict[str, str]:
     and lower case when `lower_case`) and pre-tokenizer treat specially:
     "vanish": removed by normalization; "space": separate words; "punct", "cjk": words of their own.
     The sets are disjoint."""
-    from tokenizers.normalizers import BertNormalizer
-    from tokenizers.pre_tokenizers import BertPreTokenizer
-
     chars = [chr(c) for c in _CODE_POINTS]
     clean = BertNormalizer(clean_text=True, handle_chinese_chars=False, strip_accents=False, lowercase=False)
     # Whitespace is Z* or a control character (\t, \n, \r); clean_text maps it to " ".
@@ -100,9 +102,6 @@ class WordPieces:
     least one piece ([UNK] if the WordPiece tokenizer gives none)."""
 
     def __init__(self, vocab: Sequence[str], lower_case: bool):
-        import tensorflow as tf
-        import tensorflow_text as tf_text
-
         classes = bert_char_classes(lower_case)
         self.lower_case = lower_case
         self._vanish = classes["vanish"]
@@ -117,9 +116,6 @@ class WordPieces:
         """Words of valid UTF-8 texts [B]: (words [B, (W)] string, start [B, (W)], end [B, (W)] int64 bytes,
         end exclusive). Characters that vanish are left out at a word's edges; a word of nothing else
         is dropped, as the training tokenizer drops it."""
-        import tensorflow as tf
-        import tensorflow_text as tf_text
-
         # regex_split_with_offsets ends a text at NUL; \x01 vanishes as NUL does and has its length.
         text = tf.strings.regex_replace(text, "\\x00", "\x01")
         words, start, end = tf_text.regex_split_with_offsets(text, self._delimiter, self._word_of_its_own)
@@ -139,9 +135,6 @@ class WordPieces:
 
     def normalize(self, words):
         """Words [W] as the BERT normalizer leaves them."""
-        import tensorflow as tf
-        import tensorflow_text as tf_text
-
         words = tf.strings.regex_replace(words, self._vanish, "")
         if self.lower_case:
             words = tf.strings.regex_replace(tf_text.normalize_utf8(words, "NFD"), r"\p{Mn}", "")
@@ -150,8 +143,6 @@ class WordPieces:
 
     def pieces(self, words):
         """WordPiece ids [W, (P)] int32 of words [W], at least one per word."""
-        import tensorflow as tf
-
         pieces = self.wordpiece.tokenize(self.normalize(words))
         # A word of no pieces gets one [UNK]: the pieces move right by the [UNK]s before them
         # (a scatter, a handful of ops where a ragged concat and mask take dozens).
@@ -164,8 +155,6 @@ class WordPieces:
 
     def tokenize(self, text):
         """(pieces [B, (W), (P)] int32, start [B, (W)], end [B, (W)] int64 bytes) of valid UTF-8 texts [B]."""
-        import tensorflow as tf
-
         words, start, end = self.words(text)
         return tf.RaggedTensor.from_row_splits(self.pieces(words.flat_values), words.row_splits, validate=False), start, end
 

@@ -24,15 +24,16 @@ import tensorflow as tf
 
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder
 from xtremedistil_tf.data.alignment import CompiledPerStudent, Windows, predict_by_length
-from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.losses import registry
-from xtremedistil_tf.losses.xtremedistil import DEFAULT_REPRESENTATION_LOSS, TEACHER_MASK
-from xtremedistil_tf.students.models import StudentArch, encoder_layer_name
-from xtremedistil_tf.teachers.finetune import trim_to_longest
+from xtremedistil_tf.data.scoring import entity_scores
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.loop import Engine, replica_share
 from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint, SharedStages
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.losses import registry
+from xtremedistil_tf.losses.xtremedistil import DEFAULT_REPRESENTATION_LOSS, TEACHER_MASK
 from xtremedistil_tf.methods.strategies import Stage, Strategy, get_strategy
+from xtremedistil_tf.students.models import StudentArch, encoder_layer_name
+from xtremedistil_tf.teachers.finetune import trim_to_longest
 
 log = logging.getLogger(__name__)
 
@@ -421,8 +422,6 @@ def make_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab,
     """An `evaluate_fn` for `train_student`: entity F1 on dev words of a student's head, its word tags
     decoded as the saved student's are (crf.decoding.WordDecoder, `decode`: constrained by default),
     so the F1 after a strategy's last step is the student's dev F1 in the pipeline's scores."""
-    from xtremedistil_tf.data.scoring import entity_scores
-
     probs_fns = CompiledPerStudent(head_probs_fn)
     decoder = WordDecoder(tag_vocab.tags, tag_vocab.labels, scheme, decode)
 

@@ -18,26 +18,36 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf.data.alignment import TagVocab, decode, encode, encode_consecutive, predict_by_length, word_pieces
-from xtremedistil_tf.data.sentence import Sentence
-from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.data.scoring import tag_scores
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
-from xtremedistil_tf.students.artifact import StudentMeta, load_student_dir, write_student_dir
-from xtremedistil_tf.io import atomic_dir
-from xtremedistil_tf.losses import registry
-from xtremedistil_tf.losses.xtremedistil import TEACHER_MASK, teacher_mask
-from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
-from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, StudentArch
-from xtremedistil_tf.transfer.cache import load_manifest, read_sharded, subset
-from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
-from xtremedistil_tf.methods.multigrained import MultiGrainedConfig, make_crf_dev_f1, predict_tags_crf, train_multigrained
-from xtremedistil_tf.methods.staged import (INPUT_KEYS, DistilConfig, batched, head_probs_fn, make_dev_f1,
-                                             train_student)
-from xtremedistil_tf.methods.strategies import get_strategy
+from xtremedistil_tf.data.alignment import TagVocab, decode, encode, encode_consecutive, predict_by_length, word_pieces
+from xtremedistil_tf.data.scoring import tag_scores
+from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.resume import EpochCheckpoint, stateful_dropout
 from xtremedistil_tf.engine.tensorboard import EpochScalars, ScalarLog
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import atomic_dir
+from xtremedistil_tf.losses import registry
+from xtremedistil_tf.losses.xtremedistil import TEACHER_MASK, teacher_mask
+from xtremedistil_tf.methods.multigrained import (
+    MultiGrainedConfig,
+    make_crf_dev_f1,
+    predict_tags_crf,
+    train_multigrained,
+)
+from xtremedistil_tf.methods.staged import INPUT_KEYS, DistilConfig, batched, head_probs_fn, make_dev_f1, train_student
+from xtremedistil_tf.methods.strategies import get_strategy
+from xtremedistil_tf.students import build_bilstm_student, build_transformer_student, svd_reduce
+from xtremedistil_tf.students.artifact import StudentMeta, load_student_dir, write_student_dir
+from xtremedistil_tf.students.crf_student import (
+    build_bilstm_crf_student,
+    build_transformer_crf_student,
+    student_crf_constraints,
+)
+from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, StudentArch
+from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
+from xtremedistil_tf.teachers.model import load_tokenizer
+from xtremedistil_tf.transfer.cache import load_manifest, read_sharded, subset
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +68,6 @@ def student_embeddings(arch: StudentArch, teacher_matrix: np.ndarray):
 def build_student(cfg: StudentConfig, teacher, scheme: str) -> tf.keras.Model:
     """A student for `teacher`'s pieces and tags: heads for XtremeDistil (representation sized to
     the teacher), or a CRF under the scheme's constraints for multi-grained distillation."""
-    from xtremedistil_tf.students.crf_student import (build_bilstm_crf_student, build_transformer_crf_student,
-                                                      student_crf_constraints)
-
     arch, matrix = cfg.arch, teacher.word_embeddings()
     embeddings, frozen = student_embeddings(arch, matrix)
     common = dict(vocab_size=matrix.shape[0], num_tags=len(teacher.tag_vocab), dropout=arch.dropout,
@@ -294,7 +301,5 @@ def save_student(directory, student: tf.keras.Model, architecture: str, tokenize
 
 def load_student(directory):
     """(Keras model, StudentMeta, tokenizer) of a student written by `save_student`."""
-    from xtremedistil_tf.teachers.model import load_tokenizer
-
     model, meta, _ = load_student_dir(directory)
     return model, meta, load_tokenizer(str(Path(directory) / "tokenizer"))

@@ -40,14 +40,28 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
+import tensorflow as tf
 
-from xtremedistil_tf.run import pipeline
-from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.io import atomic_write_text, markdown_table as _table
+from xtremedistil_tf.data.scoring import tag_scores
 from xtremedistil_tf.engine.precision import precision_policy
+from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import atomic_write_text
+from xtremedistil_tf.io import markdown_table as _table
+from xtremedistil_tf.methods.staged import batched, make_dev_f1, train_student
 from xtremedistil_tf.methods.strategies import STRATEGIES, get_strategy
+from xtremedistil_tf.methods.student_run import (
+    build_student,
+    distil_config,
+    predict_words,
+    save_student,
+    served_windows,
+)
+from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.run.report import plot_transfer_curve
 from xtremedistil_tf.run.validation import MAX_SEED
 from xtremedistil_tf.run.workdir import WorkDir
+from xtremedistil_tf.teachers.saved import load_teacher
+from xtremedistil_tf.transfer.cache import read_sharded, subset
 
 log = logging.getLogger(__name__)
 
@@ -207,10 +221,6 @@ def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, la
     fingerprint = {**upstream, "student": pipeline.student_fingerprint(sc)}
 
     def build(tmp: Path) -> dict:
-        from xtremedistil_tf.data.scoring import tag_scores
-        from xtremedistil_tf.teachers.saved import load_teacher
-        from xtremedistil_tf.methods.student_run import predict_words, save_student
-
         splits = pipeline.load_data(work)
         teacher, tokenizer = load_teacher(work.path("teacher") / "model")
         scored = [split for split in ("dev", "test") if splits[split]]
@@ -274,12 +284,6 @@ def cached_window_languages(work: WorkDir, splits: dict, tokenizer, teacher) -> 
 def _distil_language(work: WorkDir, sc, teacher, tokenizer, dev_sentences, window_langs: Dict[str, np.ndarray],
                      lang: str, scheme: str, progress: bool):
     """One D0 student: labeled windows of `lang` from the transfer cache, selected on its dev windows."""
-    import tensorflow as tf
-
-    from xtremedistil_tf.transfer.cache import read_sharded, subset
-    from xtremedistil_tf.methods.staged import batched, make_dev_f1, train_student
-    from xtremedistil_tf.methods.student_run import build_student, distil_config, served_windows
-
     tf.keras.utils.set_random_seed(sc.seed)
     student = build_student(sc, teacher, scheme)
     keep = window_langs["train"] == lang
@@ -463,8 +467,6 @@ def curve_points(split: str, teacher: dict, curve: Dict[str, Dict[Optional[int],
 def transfer_section(work: WorkDir, split: str, teacher: dict, strategies: Sequence[str],
                      seeds: Optional[Sequence[int]], sizes: Sequence[int]) -> List[str]:
     """The report's transfer-set size section; writes its plot (CURVE_PLOT) beside the report."""
-    from xtremedistil_tf.run.report import plot_transfer_curve
-
     unlabeled = len(pipeline.load_data(work)["transfer"])
     curve = transfer_results(work, strategies, seeds, sizes)
     if reference := _summary_f1(teacher):

@@ -24,23 +24,54 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
+import tensorflow as tf
 
-from xtremedistil_tf.data.classification import class_labels_of
+from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
+from xtremedistil_tf.data.alignment import encode
+from xtremedistil_tf.data.classification import class_labels_of, encode_texts
 from xtremedistil_tf.data.inputs import input_files
 from xtremedistil_tf.data.loading import SPLITS, DataConfig, _path, labels_of, load_splits, read_jsonl, write_jsonl
-from xtremedistil_tf.errors import ConfigError, DataFormatError, Interrupted
 from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores
-from xtremedistil_tf.io import atomic_write_json, dir_size, read_json
-from xtremedistil_tf.run.lock import work_dir_lock
-from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult
-from xtremedistil_tf.teachers.pretrained import MINILM_ALIAS, RANDOM_ALIAS, resolve_teacher_path
 from xtremedistil_tf.engine.distribute import make_distribution, scope_of, worker_work_dir
 from xtremedistil_tf.engine.precision import precision_policy
 from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages, stateful_dropout
+from xtremedistil_tf.errors import ConfigError, DataFormatError, Interrupted
+from xtremedistil_tf.io import atomic_write_json, dir_size, read_json
+from xtremedistil_tf.methods.classification import distil_classifier, evaluate_classifier_student
 from xtremedistil_tf.methods.multigrained import LOSSES, TOKEN_LEVEL
 from xtremedistil_tf.methods.staged import DistilConfig
-from xtremedistil_tf.methods.student_run import StudentConfig
-from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir, naming_step, read_streams, with_inputs
+from xtremedistil_tf.methods.student_run import (
+    StudentConfig,
+    distil,
+    distil_multigrained,
+    evaluate_student,
+    save_student,
+)
+from xtremedistil_tf.run.lock import work_dir_lock
+from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir, fingerprint_hash, naming_step, read_streams, with_inputs
+from xtremedistil_tf.students.artifact import CLASSIFIER
+from xtremedistil_tf.teachers.classifier import (
+    build_sequence_teacher,
+    evaluate_sequence_teacher,
+    finetune_sequence_teacher,
+)
+from xtremedistil_tf.teachers.crf_head import build_crf_teacher
+from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult, evaluate_teacher_by_decode, finetune
+from xtremedistil_tf.teachers.model import build_teacher, initialise_head, write_random_teacher_dir
+from xtremedistil_tf.teachers.pretrained import CLASSIFICATION as SENTENCES
+from xtremedistil_tf.teachers.pretrained import (
+    MINILM_ALIAS,
+    RANDOM_ALIAS,
+    TOKEN,
+    PretrainedTokenTeacher,
+    build_pretrained_teacher,
+    finetuned_config,
+    resolve_teacher_path,
+)
+from xtremedistil_tf.teachers.saved import load_teacher
+from xtremedistil_tf.transfer.classification import write_sequence_outputs
+from xtremedistil_tf.transfer.multigrained import write_multigrained_outputs
+from xtremedistil_tf.transfer.outputs import write_teacher_outputs
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +178,6 @@ def teacher_is_finetuned(cfg: RunConfig) -> bool:
     """Whether --teacher names a fine-tuned classification checkpoint, used as it is."""
     if cfg.teacher.name == RANDOM_ALIAS or cfg.teacher.random_init:
         return False
-    from xtremedistil_tf.teachers.pretrained import finetuned_config
 
     return finetuned_config(resolve_teacher_path(cfg.teacher.name), cfg.teacher.config_overrides) is not None
 
@@ -171,7 +201,6 @@ def _teacher_source(work: WorkDir, cfg: RunConfig, splits) -> tuple:
     """(path, random_init): a random teacher gets a vocabulary from the training tokens."""
     if cfg.teacher.name != RANDOM_ALIAS:
         return resolve_teacher_path(cfg.teacher.name), cfg.teacher.random_init
-    from xtremedistil_tf.teachers.model import write_random_teacher_dir
 
     vocab = sorted({t for split in ("train", "transfer") for s in splits[split] for t in s.tokens})
     return str(write_random_teacher_dir(work.path("teacher_init"), vocab, cfg.teacher.config_overrides)), True
@@ -191,15 +220,10 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
     fingerprint["teacher"]["finetune"].pop("progress", None)
 
     def build(tmp: Path) -> dict:
-        from xtremedistil_tf.teachers.classifier import finetune_sequence_teacher
-        from xtremedistil_tf.teachers.finetune import finetune
-        from xtremedistil_tf.teachers.model import initialise_head
-
         splits = load_data(work)
         path, random_init = _teacher_source(work, cfg, splits)
         labels = read_json(work.path("data") / "labels.json")
         overrides = tc.config_overrides if tc.name != RANDOM_ALIAS else {}
-        import tensorflow as tf
 
         tf.keras.utils.set_random_seed(tc.finetune.seed)  # a random head (or teacher) is the same every run
         with scope_of(distribution), stateful_dropout():
@@ -234,8 +258,6 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
 
 def _is_checkpoint(teacher) -> bool:
     """A fine-tuned *ForTokenClassification / *ForSequenceClassification checkpoint (teachers/pretrained.py)."""
-    from xtremedistil_tf.teachers.pretrained import PretrainedTokenTeacher
-
     return isinstance(teacher, PretrainedTokenTeacher)
 
 
@@ -261,10 +283,6 @@ def _used_as_it_is(teacher, tc: TeacherConfig, path: str) -> bool:
 def _teacher_scores(cfg: RunConfig, teacher, tokenizer, splits, argmax: bool = True) -> dict:
     """The teacher step's `scores` and `argmax_scores` (step_teacher) of dev and test (the non-empty
     ones), from one forward pass per split; `argmax` False: `scores` only."""
-    from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
-    from xtremedistil_tf.teachers.classifier import evaluate_sequence_teacher
-    from xtremedistil_tf.teachers.finetune import evaluate_teacher_by_decode
-
     scored = [split for split in ("dev", "test") if splits[split]]
     if cfg.data.task == CLASSIFICATION:
         return {"scores": {split: evaluate_sequence_teacher(teacher, tokenizer, splits[split]) for split in scored}}
@@ -285,15 +303,12 @@ def _add_decoded_scores(work: WorkDir, cfg: RunConfig) -> None:
     and its step.json gets `_teacher_scores`' layout: those become `scores`, the recorded ones `argmax_scores`.
     The fingerprint is unchanged (the teacher is not retrained). A CRF teacher's recorded scores are its
     Viterbi: they only get their "decode"."""
-    from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
-
     scores = work.step_info("teacher")["scores"]
     if cfg.data.task == CLASSIFICATION or not predates_decoded_teacher_scores(scores):
         return
     if cfg.teacher.head == "crf":
         work.add_info("teacher", {"scores": {split: {"decode": DEFAULT_DECODE, **s} for split, s in scores.items()}})
         return
-    from xtremedistil_tf.teachers.saved import load_teacher
 
     log.info("teacher: scoring the saved teacher decoded as the students, once (its step was made before it "
              "recorded those scores)")
@@ -303,15 +318,8 @@ def _add_decoded_scores(work: WorkDir, cfg: RunConfig) -> None:
 
 
 def _build_teacher(cfg: RunConfig, path: str, labels, random_init: bool, overrides: dict):
-    from xtremedistil_tf.teachers.classifier import build_sequence_teacher
-    from xtremedistil_tf.teachers.crf_head import build_crf_teacher
-    from xtremedistil_tf.teachers.model import build_teacher
-
     tc = cfg.teacher
     if tc.name != RANDOM_ALIAS and not random_init:
-        from xtremedistil_tf.teachers.pretrained import (CLASSIFICATION as SENTENCES, TOKEN, build_pretrained_teacher,
-                                                         finetuned_config)
-
         if finetuned_config(path, overrides) is not None:
             if tc.head != "softmax":
                 raise ConfigError(f"--teacher={tc.name} is a fine-tuned checkpoint, used with its own head; "
@@ -339,12 +347,6 @@ def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprin
                  tokenizer, distribution=None) -> tuple:
     """Cache the teacher's outputs over `sentences` under step dir `name`; returns (info, the
     sentence index of each cached example)."""
-    from xtremedistil_tf.data.alignment import encode
-    from xtremedistil_tf.data.classification import encode_texts
-    from xtremedistil_tf.transfer.classification import write_sequence_outputs
-    from xtremedistil_tf.transfer.multigrained import write_multigrained_outputs
-    from xtremedistil_tf.transfer.outputs import write_teacher_outputs
-
     start = time.time()
     common = dict(shard_size=cfg.transfer.shard_size, batch_size=cfg.transfer.batch_size,
                   hidden_dtype=cfg.transfer.hidden_dtype, progress=cfg.progress, overwrite=cfg.overwrite)
@@ -379,7 +381,6 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
         fingerprint["teacher_mask"] = True
     if work.is_done("transfer", fingerprint):
         return fingerprint
-    from xtremedistil_tf.teachers.saved import load_teacher
 
     splits = load_data(work)
     train = splits["train"]
@@ -429,9 +430,6 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
                           f"cache keeps {cfg.transfer.kbest}; set --kbest for both (with --teacher_head=crf)")
 
     def build(tmp: Path) -> dict:
-        from xtremedistil_tf.teachers.saved import load_teacher
-        from xtremedistil_tf.methods.student_run import distil, distil_multigrained, evaluate_student, save_student
-
         splits = load_data(work)
         teacher, tokenizer = load_teacher(work.path("teacher") / "model")
         train_windows = work.step_info("transfer")["train_windows"]
@@ -490,8 +488,6 @@ def cached_sentence_index(sentences, tokenizer, teacher, windows: int, where: st
     `windows` examples), in cache order. Encoding is deterministic and windows follow sentence
     order, so re-encoding recovers the cache's window -> sentence map without storing it; a text
     classifier's cache has one example per text."""
-    from xtremedistil_tf.data.alignment import encode
-
     if classification:
         index = np.arange(len(sentences))
     else:
@@ -522,8 +518,6 @@ def checkpoint_dir(work: WorkDir, step: str, fingerprint: dict) -> Path:
     """Where a training step keeps its epoch checkpoints (engine/resume.py):
     <work_dir>/checkpoints/<step>-<fingerprint hash>/, so a run of another configuration never
     resumes from them; removed once the step's artifact is in place."""
-    from xtremedistil_tf.run.workdir import fingerprint_hash
-
     return work.path("checkpoints") / f"{step}-{fingerprint_hash(fingerprint)}"
 
 
@@ -550,10 +544,6 @@ def clear_checkpoints(work: WorkDir, step: str) -> None:
 
 def _classifier_student(work: WorkDir, cfg: RunConfig, teacher, tokenizer, splits, train_texts: int, tmp: Path,
                         log_dir: Path, run: dict):
-    from xtremedistil_tf.students.artifact import CLASSIFIER
-    from xtremedistil_tf.methods.classification import distil_classifier, evaluate_classifier_student
-    from xtremedistil_tf.methods.student_run import save_student
-
     start = time.time()
     student, history = distil_classifier(cfg.student, teacher, tokenizer, work.path("transfer"),
                                          work.path("transfer_dev"), train_texts, splits["dev"], cfg.progress,

@@ -14,12 +14,15 @@ from typing import Dict, List, Optional, Sequence
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 from xtremedistil_tf.data.alignment import TagVocab, encode
 from xtremedistil_tf.data.loading import read_jsonl
+from xtremedistil_tf.data.scoring import char_spans
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import split_words
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.data.scoring import char_spans
-from xtremedistil_tf.students.artifact import CLASSIFIER, read_config
 from xtremedistil_tf.io import read_json
+from xtremedistil_tf.methods.student_run import load_student, predict_words
+from xtremedistil_tf.students.artifact import CLASSIFIER, read_config
+from xtremedistil_tf.teachers.finetune import teacher_word_tags
+from xtremedistil_tf.teachers.saved import load_teacher
 
 # Names chosen to be rare in news, Wikipedia and tweets; report.md says which words of each the training data holds.
 DEFAULT_PROBES: Dict[str, List[str]] = {
@@ -71,10 +74,6 @@ def _markup(sentence: Sentence, tags: Sequence[str], scheme: str) -> str:
 def probe_rows(work_dir, probes_file: Optional[str] = None) -> List[List[str]]:
     """[text, teacher's entities, student's entities, capitalised words the train split holds] per probe; [] when the
     work dir has no tagging teacher and student."""
-    from xtremedistil_tf.teachers.finetune import teacher_word_tags
-    from xtremedistil_tf.teachers.saved import load_teacher
-    from xtremedistil_tf.methods.student_run import load_student, predict_words
-
     work_dir = Path(work_dir)
     teacher_dir, student_dir = work_dir / "teacher" / "model", work_dir / "student"
     if not (teacher_dir / "teacher.json").exists() or not (student_dir / "student.json").exists():

@@ -10,6 +10,8 @@ import math
 from pathlib import Path
 from typing import Optional
 
+from transformers import BertConfig
+
 from xtremedistil_tf.errors import ConfigError
 
 # flag -> (least, whether it is allowed, greatest, whether it is allowed, what is allowed in words)
@@ -57,7 +59,6 @@ def check_overrides(overrides: dict, teacher: str, teacher_config: Optional[dict
     `teacher_config`: teacher_config_of(...), None for a hub name."""
     if not overrides and max_seq_length is None:
         return
-    from transformers import BertConfig
 
     known = set(BertConfig().to_dict()) | set(teacher_config or {})
     unknown = sorted(set(overrides) - known)
@@ -82,8 +83,6 @@ def teacher_config_of(teacher: str, random: bool) -> Optional[dict]:
     """The config a teacher starts from: BertConfig's defaults for --teacher=random, a local dir's
     config.json, None for a hub name (known only once downloaded)."""
     if random:
-        from transformers import BertConfig
-
         return BertConfig().to_dict()
     config_file = Path(teacher) / "config.json"
     if not config_file.is_file():

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from transformers import AutoConfig
+
 WORDPIECE = "WordPiece"
 BYTE_LEVEL_BPE = "byte-level BPE"
 UNIGRAM = "SentencePiece Unigram"
@@ -73,8 +75,6 @@ def config_from_dict(config: dict):
     """A transformers config of `config` (a config.json's contents), so that each family's own names
     read as the common ones (DistilBERT's n_layers as num_hidden_layers, dim as hidden_size); an
     unknown model type gives its keys as attributes."""
-    from transformers import AutoConfig
-
     values = dict(config)
     model_type = values.pop("model_type", None)
     try:

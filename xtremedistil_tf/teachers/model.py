@@ -15,11 +15,13 @@ from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+from transformers import AutoConfig, AutoTokenizer, BertConfig, TFAutoModel
 
-from xtremedistil_tf.data.alignment import TagVocab
+from xtremedistil_tf.data.alignment import TagVocab, decode
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.losses.xtremedistil import cross_entropy, label_mask
+from xtremedistil_tf.teachers.families import config_from_dict, needs_prefix_space, usable_positions
 
 FORMAT_VERSION = 1
 
@@ -117,8 +119,6 @@ class TokenTeacher(TeacherBase, tf.keras.Model):
     def decode_words(self, windows, piece_predictions: np.ndarray):
         """Word labels per sentence from `predict_tags_fn`'s piece tags (a pretrained teacher's
         columns go through its label map instead: teachers/pretrained.py)."""
-        from xtremedistil_tf.data.alignment import decode
-
         return decode(windows, piece_predictions, self.tag_vocab)
 
     @staticmethod
@@ -170,8 +170,6 @@ def initialise_head(teacher, kind: str) -> None:
 
 def load_encoder(name_or_path: str, random_init: bool = False, config_overrides: Optional[dict] = None):
     """A TF transformer from a hub name or a local dir (config.json, weights unless `random_init`)."""
-    from transformers import AutoConfig, TFAutoModel
-
     _check_local_dir(name_or_path, need_weights=not random_init)
     config = AutoConfig.from_pretrained(name_or_path, **(config_overrides or {}))
     if random_init:
@@ -192,8 +190,6 @@ def check_hub_name(name: str) -> None:
     """A --teacher that is no local path names a model on the Hugging Face hub: its config (a few KB)
     is fetched now, or read from the hub cache when offline, so a misspelt name fails in one line
     before any work."""
-    from transformers import AutoConfig
-
     try:
         AutoConfig.from_pretrained(name)
     except (OSError, ValueError) as error:
@@ -232,10 +228,6 @@ def check_weight_files(path: Path) -> None:
 
 
 def load_tokenizer(name_or_path: str):
-    from transformers import AutoTokenizer
-
-    from xtremedistil_tf.teachers.families import needs_prefix_space
-
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     if needs_prefix_space(tokenizer):  # byte-level BPE (RoBERTa): words are given one by one (families.py)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, add_prefix_space=True)
@@ -256,8 +248,6 @@ def check_teacher_dir(name_or_path: str, need_weights: bool, layer: int, max_seq
     """Flags against a local teacher dir, before any work: config.json and readable weights present,
     `layer` and `max_seq_length` within the model's sizes. A hub name must name a model
     (check_hub_name); its sizes are checked once it is loaded."""
-    from xtremedistil_tf.teachers.families import config_from_dict, usable_positions
-
     if not _check_local_dir(name_or_path, need_weights):
         check_hub_name(name_or_path)
         return
@@ -314,8 +304,6 @@ def write_random_teacher_dir(directory, vocab: Sequence[str], config_overrides: 
     Used where no pretrained model of the language can be had (MSRA without a Chinese BERT):
     the vocabulary comes from the training data.
     """
-    from transformers import BertConfig
-
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tokens = specials + [t for t in vocab if t not in specials]
     config = BertConfig(vocab_size=len(tokens), **(config_overrides or {}))

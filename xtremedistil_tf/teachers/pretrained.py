@@ -29,8 +29,10 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+from transformers import AutoConfig, TFAutoModelForSequenceClassification, TFAutoModelForTokenClassification
 
 from xtremedistil_tf.data.alignment import SPECIAL_TAGS, TagVocab, Windows, decode
+from xtremedistil_tf.data.classification import ClassVocab
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.teachers.labelmap import class_label_map, token_label_map
@@ -62,8 +64,6 @@ def checkpoint_labels(config) -> List[str]:
 
 
 def _auto_class(task: str):
-    from transformers import TFAutoModelForSequenceClassification, TFAutoModelForTokenClassification
-
     return TFAutoModelForTokenClassification if task == TOKEN else TFAutoModelForSequenceClassification
 
 
@@ -209,8 +209,6 @@ class PretrainedSequenceTeacher(PretrainedTokenTeacher):
 
     @classmethod
     def vocab_of(cls, labels: Sequence[str]):
-        from xtremedistil_tf.data.classification import ClassVocab
-
         return ClassVocab(labels)
 
 
@@ -221,8 +219,6 @@ def teacher_class(task: str):
 def finetuned_config(name_or_path: str, config_overrides: Optional[dict] = None):
     """The checkpoint's config when `name_or_path` is a fine-tuned classification checkpoint, else None
     (also None when no config can be read: the ordinary teacher path reports that)."""
-    from transformers import AutoConfig
-
     try:
         config = AutoConfig.from_pretrained(name_or_path, **(config_overrides or {}))
     except (OSError, ValueError):

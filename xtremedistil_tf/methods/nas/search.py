@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
+from tqdm import tqdm
 
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_json, read_json
@@ -112,8 +113,6 @@ def run_search(space: SearchSpace, evaluate: Callable[[Arch], Dict], config: Sea
     fields `evaluate` returned}. `settings` (e.g. the proxy's data and epochs) must match on resume.
     `stop_when(records)` ends the search early (tests stop at the known optimum).
     """
-    from tqdm import tqdm
-
     controller_config = controller_config or ControllerConfig(seed=config.seed)
     controller = Controller(space, controller_config)
     fresh = _fresh_state(space, config, controller_config, settings or {})

@@ -20,7 +20,9 @@ import logging
 from typing import Dict, Tuple
 
 import tensorflow as tf
+from transformers import BertConfig, TFBertForMaskedLM, TFBertModel
 
+from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.methods.subwords.dual import IGNORE
 
 log = logging.getLogger(__name__)
@@ -29,8 +31,6 @@ log = logging.getLogger(__name__)
 def student_config(vocab_size: int, hidden: int, layers: int = 6, heads: int = 4, intermediate: int = 0,
                    max_position: int = 512, dropout: float = 0.1):
     """A BertConfig for the student (intermediate 0: 4 x hidden, BERT's ratio)."""
-    from transformers import BertConfig
-
     if hidden % heads:
         raise ValueError(f"hidden size {hidden} is not a multiple of {heads} attention heads")
     return BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
@@ -45,8 +45,6 @@ def _build(model) -> None:
 
 def build_student(config, seed: int = 0):
     """A randomly initialised student masked LM, built (its variables exist)."""
-    from transformers import TFBertForMaskedLM
-
     # Keras' seeding (TF's, and the seeds of unseeded initializers under engine.stateful_dropout).
     tf.keras.utils.set_random_seed(seed)
     model = TFBertForMaskedLM(config)
@@ -58,8 +56,6 @@ def load_teacher(path) -> Tuple[object, bool]:
     """(TFBertForMaskedLM, head_pretrained). A checkpoint without MLM head weights (sentence-transformers
     checkpoints such as all-MiniLM-L6-v2) gets a freshly initialised head: transform + bias, decoder
     tied to the input embeddings; head_pretrained is then False."""
-    from transformers import TFBertForMaskedLM
-
     model, info = TFBertForMaskedLM.from_pretrained(str(path), output_loading_info=True)
     head_missing = [k for k in info.get("missing_keys", []) if "predictions" in k or "mlm" in k or "cls" in k]
     if head_missing:
@@ -178,8 +174,6 @@ def parameter_count(model) -> int:
 def encoder_parameter_count(config) -> int:
     """Parameters of the encoder the NER pipeline fine-tunes (TFBertModel with its pooler; the MLM head
     is left out, as in the paper's Table 1)."""
-    from transformers import TFBertModel
-
     model = TFBertModel(config)
     _build(model)
     return parameter_count(model)
@@ -187,16 +181,12 @@ def encoder_parameter_count(config) -> int:
 
 def save_student(model, tokenizer, directory) -> None:
     """The student masked LM and its tokenizer in one dir (written atomically)."""
-    from xtremedistil_tf.io import atomic_dir
-
     with atomic_dir(directory) as tmp:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
 
 
 def load_student(directory):
-    from transformers import TFBertForMaskedLM
-
     model = TFBertForMaskedLM.from_pretrained(str(directory))
     _build(model)
     return model

@@ -13,9 +13,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, List, Sequence
 
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, BertTokenizerFast
+
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
-
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -23,8 +25,6 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 def learn_vocab(sentences: Iterable[Sequence[str]], size: int = 5000, min_frequency: int = 1):
     """A `tokenizers.Tokenizer` with a WordPiece vocabulary of `size` pieces (special tokens included)
     learned on `sentences` (lists of words). Raises ConfigError if the text cannot fill `size` pieces."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
     if size < len(SPECIAL_TOKENS) + 1:
         raise ConfigError(f"--vocab_size={size}; expected at least {len(SPECIAL_TOKENS) + 1}")
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
@@ -58,8 +58,6 @@ def save_vocab(tokenizer, directory) -> Path:
     """Write vocab.txt and a BertTokenizerFast (uncased, as the teacher) to `directory`, atomically.
 
     Returns the directory; `transformers.AutoTokenizer.from_pretrained(directory)` loads it."""
-    from transformers import BertTokenizerFast
-
     with atomic_dir(directory) as tmp:
         (tmp / "vocab.txt").write_text("".join(p + "\n" for p in vocab_list(tokenizer)), encoding="utf-8")
         fast = BertTokenizerFast(vocab_file=str(tmp / "vocab.txt"), do_lower_case=True, strip_accents=None,
@@ -70,8 +68,6 @@ def save_vocab(tokenizer, directory) -> Path:
 
 def load_vocab_tokenizer(directory):
     """The BertTokenizerFast saved by `save_vocab` (or any BERT tokenizer dir, e.g. the teacher's)."""
-    from transformers import AutoTokenizer
-
     if not (Path(directory) / "vocab.txt").exists():
         raise ConfigError(f"{directory} has no vocab.txt (expected a directory written by save_vocab)")
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
@@ -100,8 +96,6 @@ class VocabStats:
 def plain_backend(tokenizer):
     """A copy of a fast tokenizer's `tokenizers.Tokenizer` without padding or truncation (the
     sentence-transformers tokenizer.json of MiniLM pads every encoding to 128)."""
-    from tokenizers import Tokenizer
-
     backend = tokenizer.backend_tokenizer if hasattr(tokenizer, "backend_tokenizer") else tokenizer
     backend = Tokenizer.from_str(backend.to_str())
     backend.no_padding()

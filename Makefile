@@ -40,7 +40,7 @@ test-slow: $(STAMP)
 # The part of the slow tier CI runs after `make test` (.ci/run): the whole tier (31 tests, an estimated hour
 # serially on 2 cores) would not fit CI's 90 minutes with a margin. These are the slow tests no default-tier
 # test stands in for: runs killed with SIGKILL and resumed, the full formats table, a diverging student through
-# bin/train, bin/distill_lm end to end (README "Tests").
+# bin/train, bin/distil_lm end to end (README "Tests").
 CI_SLOW_TESTS := tests/test_resume.py tests/test_formats_benchmark.py tests/test_silent_failures.py \
 	tests/test_subwords_cli.py
 

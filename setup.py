@@ -21,6 +21,6 @@ setup(
     entry_points={"console_scripts": [
         f"xtremedistil-{name.replace('_', '-')}=xtremedistil_tf.cli.{name}:run"
         for name in ("train", "evaluate", "ablate", "export", "predict", "benchmark", "report",
-                     "nas_search", "distill_lm")
-    ]},
+                     "nas_search", "distil_lm")
+    ] + ["xtremedistil-distill-lm=xtremedistil_tf.cli.distil_lm:run_deprecated"]},   # the old spelling, deprecated
 )

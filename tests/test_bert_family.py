@@ -275,7 +275,7 @@ def test_bin_export_refuses_a_byte_level_bpe_student(roberta_run, tmp_path):
     line = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert line == [f"error: {work / 'student'} reads the pieces of a byte-level BPE tokenizer, and bin/export's "
                     "in-graph tokenizer is WordPiece only: to serve with TF Serving, distil from a WordPiece teacher "
-                    "(BERT, DistilBERT, ELECTRA, or a student with its own WordPiece vocabulary from bin/distill_lm, "
+                    "(BERT, DistilBERT, ELECTRA, or a student with its own WordPiece vocabulary from bin/distil_lm, "
                     f"docs/subwords.md); to tag text in Python, run bin/predict --model={work / 'student'} "
                     "(docs/serving.md)"]
     assert not (tmp_path / "export").exists()

@@ -25,7 +25,7 @@ COMMANDS = {
     "export": ["--prune_vocab", "--xla_lengths", "--model_name"],
     "predict": ["--model"],
     "report": ["--work_dir"],
-    "distill_lm": ["--hidden", "--variant"],
+    "distil_lm": ["--hidden", "--variant"],
     "nas_search": ["--mode", "--arch"],
 }
 
@@ -165,3 +165,12 @@ def test_stderr_filter_keeps_draining_when_the_real_stderr_is_gone():
     assert os.read(source_read, 1) == b""  # read to EOF
     os.close(source_read)
     os.close(target_write)
+
+
+def test_the_old_spelling_still_runs_and_says_it_is_deprecated():
+    """bin/distill_lm (the old spelling of bin/distil_lm) runs the same command and says which to use."""
+    done = subprocess.run([sys.executable, str(REPO / "bin" / "distill_lm"), "--help"], capture_output=True,
+                          text=True, env=ENV, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "bin/distill_lm is deprecated (the old spelling): use bin/distil_lm" in done.stderr
+    assert re.search(r"^  --hidden \(default", done.stdout, re.M)

@@ -8,7 +8,7 @@ import pytest
 from transformers import TFBertModel
 
 from tests.conftest import REPO
-from tests.test_nas_distill import teacher_dir  # noqa: F401  (fixture)
+from tests.test_nas_distil import teacher_dir  # noqa: F401  (fixture)
 
 TINY_SPACE = ["--layers=1,2", "--heads=2", "--hidden=8,16", "--intermediate=16", "--activations=relu"]
 
@@ -20,7 +20,7 @@ def nas_search(*args):
 
 
 @pytest.mark.slow
-def test_search_report_resume_and_distill(teacher_dir, tmp_path):  # noqa: F811
+def test_search_report_resume_and_distil(teacher_dir, tmp_path):  # noqa: F811
 
     text = tmp_path / "text.txt"
     text.write_text("\n".join(f"john was in paris {'and berlin ' * (n % 4)}" for n in range(60)) + "\n")
@@ -47,11 +47,11 @@ def test_search_report_resume_and_distill(teacher_dir, tmp_path):  # noqa: F811
     assert table["complete"] and table["teacher_ms"] > 0
 
     out = tmp_path / "student"
-    distil = nas_search(*common, "--mode=distill", "--arch=best", "--distill_epochs=1", f"--output_dir={out}")
+    distil = nas_search(*common, "--mode=distil", "--arch=best", "--distil_epochs=1", f"--output_dir={out}")
     assert distil.returncode == 0, distil.stderr[-3000:]
     info = json.loads((out / "distillation.json").read_text())
     assert info["arch"] == top[0]["arch"] and info["latency_ms"] == pytest.approx(top[0]["latency_ms"])
     assert TFBertModel.from_pretrained(str(out)).config.num_hidden_layers == int(top[0]["arch"].split(",")[0])
 
-    bad = nas_search(*common, "--mode=distill", "--arch=3,2,8")
+    bad = nas_search(*common, "--mode=distil", "--arch=3,2,8")
     assert bad.returncode == 2 and "expected 'layers,heads,hidden,intermediate,activation'" in bad.stderr

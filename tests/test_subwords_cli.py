@@ -1,4 +1,4 @@
-"""bin/distill_lm end to end on tiny data, and the NER pipeline fine-tuning its student (slow: two
+"""bin/distil_lm end to end on tiny data, and the NER pipeline fine-tuning its student (slow: two
 TensorFlow processes and a compiled training step)."""
 import json
 import os
@@ -38,12 +38,12 @@ def _run(args, cwd):
 
 
 @pytest.mark.slow
-def test_distill_lm_writes_a_student_the_ner_pipeline_fine_tunes(tmp_path):
+def test_distil_lm_writes_a_student_the_ner_pipeline_fine_tunes(tmp_path):
     text = corpus(200, seed=4)
     _write_wikiann(tmp_path / "wikiann", {"train": text[:160], "dev": text[160:180], "test": text[180:]})
     _tiny_teacher(tmp_path / "teacher", text)
     work = tmp_path / "lm"
-    args = [str(REPO / "bin" / "distill_lm"), f"--teacher={tmp_path / 'teacher'}",
+    args = [str(REPO / "bin" / "distil_lm"), f"--teacher={tmp_path / 'teacher'}",
             f"--data_dir={tmp_path / 'wikiann'}", "--langs=en", "--vocab_size=60", "--hidden=16", "--heads=2",
             "--layers=2", "--steps=4", "--eval_sentences=20", "--max_seq_length=32",
             "--variant=DualTrain+SharedProjDown", f"--work_dir={work}", "--no_progress"]
@@ -74,7 +74,7 @@ def test_distill_lm_writes_a_student_the_ner_pipeline_fine_tunes(tmp_path):
 
 @pytest.mark.slow
 def test_bad_flags_are_one_line_errors(tmp_path):
-    done = _run([str(REPO / "bin" / "distill_lm"), f"--work_dir={tmp_path}", "--data_dir=x", "--hidden=50",
+    done = _run([str(REPO / "bin" / "distil_lm"), f"--work_dir={tmp_path}", "--data_dir=x", "--hidden=50",
                  "--heads=4"], tmp_path)
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == \
         "error: --hidden=50 is not a multiple of --heads=4"

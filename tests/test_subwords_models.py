@@ -9,7 +9,7 @@ from transformers import AutoTokenizer, TFAutoModel
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.methods.subwords.dual import IGNORE, Specials, build_batch, dual_corpus
 from xtremedistil_tf.methods.subwords.models import DualTeacher, load_student, save_student, word_embeddings
-from xtremedistil_tf.methods.subwords.train import DistillLMConfig, DualTrainer, masked_word_accuracy, train
+from xtremedistil_tf.methods.subwords.train import DistilLMConfig, DualTrainer, masked_word_accuracy, train
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_variants_combine_their_terms_and_train(setup, variant):
     _, _, _, batch = setup
     student = tiny_mlm(60, hidden=16, seed=4)
     teacher = DualTeacher(tiny_mlm(200, hidden=32, seed=5), 16, 60, seed=6)
-    cfg = DistillLMConfig(variant=variant, alpha=0.5, steps=2, warmup_fraction=0.0, learning_rate=1e-2)
+    cfg = DistilLMConfig(variant=variant, alpha=0.5, steps=2, warmup_fraction=0.0, learning_rate=1e-2)
     trainer = DualTrainer(student, teacher, cfg, run_eagerly=True)
     terms = {k: float(v) for k, v in trainer.losses(batch).items()}
     expected = terms["student"] + terms.get("teacher", 0.0) + 0.5 * terms.get("projection", 0.0)
@@ -86,7 +86,7 @@ def test_variants_combine_their_terms_and_train(setup, variant):
 
 def test_a_text_smaller_than_one_batch_is_refused():
     """`batches` skips a pass's sentences that cannot fill a batch: it would never yield one (a hang)."""
-    cfg = DistillLMConfig(variant="NoKD", batch_size=8, steps=2)
+    cfg = DistilLMConfig(variant="NoKD", batch_size=8, steps=2)
     trainer = DualTrainer(tiny_mlm(60, hidden=16, seed=7), None, cfg, run_eagerly=True)
     with pytest.raises(ConfigError, match="5 training sentences cannot fill one batch of 8"):
         train(trainer, [None] * 5, None, None, progress=False)  # refused before any sentence is read

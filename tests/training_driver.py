@@ -43,11 +43,11 @@ from xtremedistil_tf.students import build_bilstm_student  # noqa: E402
 from xtremedistil_tf.methods.staged import DistilConfig, make_dev_f1, train_student  # noqa: E402
 from xtremedistil_tf.students.crf_student import build_bilstm_crf_student, student_crf_constraints  # noqa: E402
 from xtremedistil_tf.methods import multigrained as mg  # noqa: E402
-from xtremedistil_tf.methods.nas.distill import DistillConfig, Distiller, build_student  # noqa: E402
+from xtremedistil_tf.methods.nas.distil import NasDistilConfig, Distiller, build_student  # noqa: E402
 from xtremedistil_tf.methods.nas.space import Arch  # noqa: E402
 from subwords_helpers import corpus, tokenizer_pair  # noqa: E402
 from xtremedistil_tf.methods.subwords import dual  # noqa: E402
-from xtremedistil_tf.methods.subwords.train import DistillLMConfig, DualTrainer, train  # noqa: E402
+from xtremedistil_tf.methods.subwords.train import DistilLMConfig, DualTrainer, train  # noqa: E402
 from xtremedistil_tf.methods.subwords.vocab import load_vocab_tokenizer  # noqa: E402
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, finetune  # noqa: E402
 from xtremedistil_tf.teachers.model import build_teacher, initialise_head  # noqa: E402
@@ -177,7 +177,7 @@ def run_nas(distribution, checkpoint, killer):
         teacher.build_in_name_scope()
     rng = np.random.default_rng(7)
     encoded = [rng.integers(5, 40, size=int(rng.integers(3, 12))).astype(np.int32) for _ in range(40)]
-    config = DistillConfig(objective="hs+minilm", relation_heads=2, epochs=SPEC.get("epochs", 4), batch_size=8,
+    config = NasDistilConfig(objective="hs+minilm", relation_heads=2, epochs=SPEC.get("epochs", 4), batch_size=8,
                            learning_rate=3e-3, seed=9, eager=SPEC.get("eager", True))
     with stateful_dropout(), scope(distribution):
         student = build_student(Arch(1, 2, 16, 32, "gelu"), teacher.config.to_dict(), seed=1)
@@ -198,7 +198,7 @@ def run_subwords(distribution, checkpoint, killer):
         tokenizer_pair(vocabs)
     student_tok, teacher_tok = (load_vocab_tokenizer(vocabs / name) for name in ("student", "teacher"))
     sentences = dual.dual_corpus(student_tok, teacher_tok, corpus(48, seed=3))
-    cfg = DistillLMConfig(variant="DualTrain+SharedProjUp", batch_size=8, steps=SPEC.get("epochs", 4) * 3,
+    cfg = DistilLMConfig(variant="DualTrain+SharedProjUp", batch_size=8, steps=SPEC.get("epochs", 4) * 3,
                           warmup_fraction=0.0, learning_rate=1e-2, seed=5)
     with stateful_dropout(), scope(distribution):
         student = build_lm_student(student_config(60, 16, 2, 2, max_position=64, dropout=SPEC.get("dropout", 0.1)), seed=1)

@@ -3,7 +3,7 @@
     # the search (latency table, episodes, random baselines, report); rerun to resume
     bin/nas_search --teacher=minilm --wikiann_dir=/work/shared/data/wikiann --langs=en --work_dir=runs/nas
     # distil the best architecture found on the full text, saved for bin/train --teacher=<dir>
-    bin/nas_search --mode=distill --arch=best --work_dir=runs/nas --wikiann_dir=... --langs=en
+    bin/nas_search --mode=distil --arch=best --work_dir=runs/nas --wikiann_dir=... --langs=en
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_json, read_json
 from xtremedistil_tf.losses.hidden import MAPPINGS
 from xtremedistil_tf.methods.nas.controller import ControllerConfig
-from xtremedistil_tf.methods.nas.distill import (
+from xtremedistil_tf.methods.nas.distil import (
     OBJECTIVES,
-    DistillConfig,
+    NasDistilConfig,
     Distiller,
     build_student,
     describe,
@@ -46,15 +46,16 @@ from xtremedistil_tf.run.workdir import fingerprint_hash
 FLAGS = flags.FLAGS
 log = logging.getLogger("nas_search")
 
-flags.DEFINE_enum("mode", "search", ["search", "latency", "distill"],
+flags.DEFINE_enum("mode", "search", ["search", "latency", "distil", "distill"],
                   "search: latency table + search + random baselines + report; latency: only the table; "
-                  "distill: distil --arch on the full text and save it for the NER pipeline.")
+                  "distil: distil --arch on the full text and save it for the NER pipeline (`distill`: the old spelling, "
+                  "deprecated).")
 # Data and teacher
 flags.DEFINE_string("teacher", "minilm", "BERT-family teacher: a local dir, hub name or 'minilm' (PyPI all-MiniLM-L6-v2).")
 flags.DEFINE_string("text_file", "", "Unlabeled text, one sentence per line.")
 flags.DEFINE_string("wikiann_dir", "", "WikiAnn root (<dir>/<lang>/train); its sentences are used without tags.")
 flags.DEFINE_list("langs", ["en"], "WikiAnn languages.")
-flags.DEFINE_integer("max_seq_length", DistillConfig.max_seq_length, "Word pieces per sentence (longer ones are truncated).")
+flags.DEFINE_integer("max_seq_length", NasDistilConfig.max_seq_length, "Word pieces per sentence (longer ones are truncated).")
 flags.DEFINE_integer("eval_sentences", 500, "Held-out sentences the distillation loss is measured on.")
 flags.DEFINE_integer("seed", SearchConfig.seed, "Seed of the data split, the students' init and the search.")
 # Search space
@@ -66,24 +67,27 @@ flags.DEFINE_list("activations", ["gelu", "relu", "silu"], "Candidate activation
 flags.DEFINE_bool("allow_deeper_students", False, "Keep students deeper than the teacher in the space (their "
                   "lower layers then share teacher layer 1 under the Last mapping).")
 # Distillation
-flags.DEFINE_enum("objective", DistillConfig.objective, list(OBJECTIVES), "Distillation loss (the reward's loss is "
+flags.DEFINE_enum("objective", NasDistilConfig.objective, list(OBJECTIVES), "Distillation loss (the reward's loss is "
                   "always the objective's total on the held-out sentences).")
-flags.DEFINE_enum("mapping", DistillConfig.mapping, list(MAPPINGS), "Hidden-state layer mapping.")
-flags.DEFINE_enum("hs_reduction", DistillConfig.hs_reduction, ["mean", "sum"], "Hidden-state loss over mapped pairs: mean (default, "
+flags.DEFINE_enum("mapping", NasDistilConfig.mapping, list(MAPPINGS), "Hidden-state layer mapping.")
+flags.DEFINE_enum("hs_reduction", NasDistilConfig.hs_reduction, ["mean", "sum"], "Hidden-state loss over mapped pairs: mean (default, "
                   "keeps 1 - loss positive for every depth) or sum (Eq. 1).")
-flags.DEFINE_integer("relation_heads", DistillConfig.relation_heads, "MiniLMv2 relation heads (must divide both hidden sizes).")
-flags.DEFINE_integer("relation_teacher_layer", DistillConfig.relation_teacher_layer, "MiniLMv2 teacher layer (0: second-last).")
-flags.DEFINE_integer("batch_size", DistillConfig.batch_size, "Distillation batch size.")
-flags.DEFINE_float("learning_rate", DistillConfig.learning_rate, "Peak AdamW learning rate of distillation.")
+flags.DEFINE_integer("relation_heads", NasDistilConfig.relation_heads, "MiniLMv2 relation heads (must divide both hidden sizes).")
+flags.DEFINE_integer("relation_teacher_layer", NasDistilConfig.relation_teacher_layer, "MiniLMv2 teacher layer (0: second-last).")
+flags.DEFINE_integer("batch_size", NasDistilConfig.batch_size, "Distillation batch size.")
+flags.DEFINE_float("learning_rate", NasDistilConfig.learning_rate, "Peak AdamW learning rate of distillation.")
 flags.DEFINE_integer("proxy_sentences", 2000, "Proxy set: sentences each candidate is distilled on.")
 flags.DEFINE_integer("proxy_epochs", 1, "Proxy set: epochs per candidate (paper: 4 on 30%).")
 flags.DEFINE_bool("proxy_eager", True, "Proxy distillation without tf.function: tracing teacher and student "
                   "costs more than a proxy of a few dozen steps.")
-flags.DEFINE_integer("distill_sentences", 0, "--mode=distill: training sentences (0: all but the held-out ones).")
-flags.DEFINE_integer("distill_epochs", 3, "--mode=distill: epochs.")
-flags.DEFINE_string("arch", "best", "--mode=distill: 'best', 'top:N' (Nth best of the search) or "
+flags.DEFINE_integer("distil_sentences", 0, "--mode=distil: training sentences (0: all but the held-out ones).")
+flags.DEFINE_integer("distil_epochs", 3, "--mode=distil: epochs.")
+# The old spellings (the project writes "distil"), deprecated: accepted with a warning.
+flags.DEFINE_alias("distill_sentences", "distil_sentences")
+flags.DEFINE_alias("distill_epochs", "distil_epochs")
+flags.DEFINE_string("arch", "best", "--mode=distil: 'best', 'top:N' (Nth best of the search) or "
                     "'layers,heads,hidden,intermediate,activation'.")
-flags.DEFINE_string("output_dir", "", "--mode=distill: where the student goes (default <work_dir>/students/<arch>).")
+flags.DEFINE_string("output_dir", "", "--mode=distil: where the student goes (default <work_dir>/students/<arch>).")
 # Reward and latency
 flags.DEFINE_float("alpha", -0.06, "Reward latency exponent.")
 flags.DEFINE_float("beta", 0.6, "Target latency as a fraction of the teacher's.")
@@ -107,7 +111,7 @@ flags.DEFINE_integer("top_k", 3, "Architectures listed as the search's result.")
 flags.DEFINE_integer("random_baselines", 3, "Random architectures per seed distilled on the same proxy (Table 3).")
 flags.DEFINE_list("random_seeds", ["1"], "Seeds of the random baselines.")
 define_common_flags()
-define_execution_flags("--mode=distill's distillation (the search's proxy runs use one device)")
+define_execution_flags("--mode=distil's distillation (the search's proxy runs use one device)")
 
 
 def search_space(num_teacher_layers: int):
@@ -116,8 +120,8 @@ def search_space(num_teacher_layers: int):
     return space if FLAGS.allow_deeper_students else space.restricted_to_depth(num_teacher_layers)
 
 
-def distill_config(epochs: int, eager: bool = False):
-    return DistillConfig(eager=eager, objective=FLAGS.objective, mapping=FLAGS.mapping, hs_reduction=FLAGS.hs_reduction,
+def distil_config(epochs: int, eager: bool = False):
+    return NasDistilConfig(eager=eager, objective=FLAGS.objective, mapping=FLAGS.mapping, hs_reduction=FLAGS.hs_reduction,
                          relation_heads=FLAGS.relation_heads, relation_teacher_layer=FLAGS.relation_teacher_layer,
                          epochs=epochs, batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
                          max_seq_length=FLAGS.max_seq_length, seed=FLAGS.seed)
@@ -147,7 +151,7 @@ class Context:
         return Path(FLAGS.latency_table or self.work / "latency_table.json")
 
     def existing_latency_table(self):
-        """The finished table when there is one (distill mode only reports latency), else None."""
+        """The finished table when there is one (distil mode only reports latency), else None."""
         path = self.latency_table_path()
         try:
             return LatencyTable.load(path) if path.exists() else None
@@ -165,7 +169,7 @@ class Context:
 
 def make_evaluator(ctx: Context, table):
     """Proxy mini-KD of one architecture -> {"loss", "latency_ms", "reward", "parameters", "train_loss"}."""
-    config = distill_config(FLAGS.proxy_epochs, FLAGS.proxy_eager)
+    config = distil_config(FLAGS.proxy_epochs, FLAGS.proxy_eager)
 
     def evaluate(arch) -> dict:
         student, result = distil_arch(arch, ctx.teacher, ctx.teacher_config, ctx.train_ids, ctx.eval_ids, config,
@@ -207,7 +211,8 @@ def run_search_mode() -> None:
     settings = {"teacher": FLAGS.teacher, "data": [FLAGS.text_file, FLAGS.wikiann_dir, list(FLAGS.langs)],
                 "proxy_sentences": FLAGS.proxy_sentences, "eval_sentences": FLAGS.eval_sentences,
                 "max_seq_length": FLAGS.max_seq_length,
-                "distill": asdict(distill_config(FLAGS.proxy_epochs, FLAGS.proxy_eager)),
+                # The key keeps its old spelling: it is part of work dirs' fingerprints on disk.
+                "distill": asdict(distil_config(FLAGS.proxy_epochs, FLAGS.proxy_eager)),
                 "alpha": FLAGS.alpha, "beta": FLAGS.beta, "teacher_latency_ms": table.teacher_ms}
     search = SearchConfig(FLAGS.episodes, FLAGS.candidates, FLAGS.epsilon_start, FLAGS.epsilon_min,
                           FLAGS.epsilon_decay, FLAGS.seed)
@@ -242,20 +247,20 @@ def chosen_arch(work: Path):
     return Arch.from_key(spec)
 
 
-def run_distill_mode() -> None:
+def run_distil_mode() -> None:
     distribution = make_distribution(FLAGS.distribution)
     work = Path(worker_work_dir(FLAGS.work_dir, distribution))
     arch = chosen_arch(Path(FLAGS.work_dir))
-    config = distill_config(FLAGS.distill_epochs)
+    config = distil_config(FLAGS.distil_epochs)
     with precision_policy(FLAGS.mixed_precision):
         with scope_of(distribution), stateful_dropout():
-            ctx = Context(FLAGS.distill_sentences)
+            ctx = Context(FLAGS.distil_sentences)
             student = build_student(arch, ctx.teacher_config, config.seed)
         distiller = Distiller(ctx.teacher, student, config)
         # A rerun of the same command after a kill continues from the last epoch's checkpoint.
         fingerprint = {"arch": arch.key, "teacher": FLAGS.teacher, "config": asdict(config),
                        "train": len(ctx.train_ids)}
-        checkpoint = EpochCheckpoint(work / "checkpoints" / f"distill-{fingerprint_hash(fingerprint)}")
+        checkpoint = EpochCheckpoint(work / "checkpoints" / f"distill-{fingerprint_hash(fingerprint)}")  # on-disk name of older runs
         history = distiller.train(ctx.train_ids, progress=not FLAGS.no_progress, desc=f"distil {arch.key}",
                                   checkpoint=checkpoint, distribution=distribution)
         scores = distiller.evaluate(ctx.eval_ids)
@@ -277,7 +282,12 @@ def nas_search() -> None:
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.num_threads)
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.num_threads)
     log_to_work_dir(FLAGS.work_dir)
-    run_distill_mode() if FLAGS.mode == "distill" else run_search_mode()
+    old = [f"--{name}" for name in ("distill_sentences", "distill_epochs") if FLAGS[name].present]
+    old += ["--mode=distill"] if FLAGS.mode == "distill" else []
+    if old:
+        log.warning("%s: the old spelling, deprecated; write %s", ", ".join(old),
+                    ", ".join(o.replace("distill", "distil") for o in old))
+    run_distil_mode() if FLAGS.mode in ("distil", "distill") else run_search_mode()
 
 
 main, run = command(nas_search, __doc__, 'bin/nas_search --mode=search --work_dir=runs/nas')

@@ -309,7 +309,7 @@ class XdConll(_ReaderBuilder):
 # ---------------------------------------------------------------- plain-text transfer sets
 
 @dataclasses.dataclass(eq=False)
-class TransferConfig(tfds.core.BuilderConfig):
+class TransferTextConfig(tfds.core.BuilderConfig):
     file: str = "transfer.txt"
     char_level: bool = False
     lang: Optional[str] = None
@@ -325,8 +325,8 @@ class XdTransferText(_ReaderBuilder):
     name = "xd_transfer_text"
     LABELED = False
     MANUAL_DOWNLOAD_INSTRUCTIONS = "Put the unlabeled sentences, one per line, in manual_dir/transfer.txt."
-    BUILDER_CONFIGS = [TransferConfig(name="words", description="whitespace-separated words"),
-                       TransferConfig(name="chars", char_level=True, description="non-space characters")]
+    BUILDER_CONFIGS = [TransferTextConfig(name="words", description="whitespace-separated words"),
+                       TransferTextConfig(name="chars", char_level=True, description="non-space characters")]
 
     def _source_files(self, manual_dir):
         return [manual_dir / self.builder_config.file]

@@ -99,7 +99,7 @@ def check_servable(config: StudentMeta, student_dir) -> None:
         raise ConfigError(
             f"{student_dir} reads the pieces of a {config.tokenizer_family} tokenizer, and bin/export's in-graph "
             "tokenizer is WordPiece only: to serve with TF Serving, distil from a WordPiece teacher (BERT, "
-            "DistilBERT, ELECTRA, or a student with its own WordPiece vocabulary from bin/distill_lm, "
+            "DistilBERT, ELECTRA, or a student with its own WordPiece vocabulary from bin/distil_lm, "
             f"docs/subwords.md); to tag text in Python, run bin/predict --model={student_dir} (docs/serving.md)")
 
 

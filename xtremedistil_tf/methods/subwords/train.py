@@ -46,7 +46,7 @@ TEACHER_KEYS = ("t_ids", "t_is_student", "t_attn", "t_labels")
 
 
 @dataclass
-class DistillLMConfig:
+class DistilLMConfig:
     variant: str = "DualTrain+SharedProjUp"
     p: float = 0.5                   # probability that the teacher reads a word in the student segmentation
     alpha: float = 1.0               # weight of the projection loss
@@ -81,7 +81,7 @@ class DualTrainer:
     `step` is the Keras model the engine fits (`train`). Built in the distribution strategy's scope
     when there is one, like the models."""
 
-    def __init__(self, student, teacher: Optional[DualTeacher], cfg: DistillLMConfig, run_eagerly: bool = False):
+    def __init__(self, student, teacher: Optional[DualTeacher], cfg: DistilLMConfig, run_eagerly: bool = False):
         if cfg.dual and teacher is None:
             raise ValueError(f"variant {cfg.variant} needs a teacher")
         self.student, self.teacher, self.cfg = student, (teacher if cfg.dual else None), cfg
@@ -168,7 +168,7 @@ class _DualStep(GroupsStep):
         return self.track(terms)
 
 
-def batches(corpus: Sequence[DualSentence], cfg: DistillLMConfig, student_spec: Specials, teacher_spec: Specials,
+def batches(corpus: Sequence[DualSentence], cfg: DistilLMConfig, student_spec: Specials, teacher_spec: Specials,
             seed: Optional[int] = None):
     """Endless training batches: shuffled passes over `corpus` (the rest of a pass that cannot fill a
     batch is skipped), dual segmentation when cfg.dual; shuffling and masking drawn from `seed`

@@ -45,7 +45,7 @@ INHERITED = ("vocab_size", "max_position_embeddings", "type_vocab_size", "pad_to
 
 
 @dataclass
-class DistillConfig:
+class NasDistilConfig:
     """Defaults follow appendix B where it applies at this scale (AdamW, betas 0.9/0.98, linear
     schedule with warm-up); the paper's peak 8e-4 is for batch 32."""
 
@@ -118,7 +118,7 @@ def batches(encoded: Sequence[np.ndarray], batch_size: int, pad_id: int = 0,
 class Distiller:
     """Teacher, student and the projections W_i^j; `train` (on the engine) and `evaluate` over batches of ids."""
 
-    def __init__(self, teacher, student, config: DistillConfig):
+    def __init__(self, teacher, student, config: NasDistilConfig):
         self.teacher, self.student, self.config = teacher, student, config
         self.num_teacher = teacher.config.num_hidden_layers
         self.num_student = student.config.num_hidden_layers
@@ -172,7 +172,7 @@ class Distiller:
         steps_per_epoch = -(-len(encoded) // self.config.batch_size)
         if self.step is None:
             with scope_of(distribution):
-                self.step = _DistillStep(self, steps_per_epoch * self.config.epochs)
+                self.step = _DistilStep(self, steps_per_epoch * self.config.epochs)
         engine = Engine(checkpoint, seed=self.config.seed, name=desc, verbose=progress, callbacks=callbacks,
                         distribution=distribution)
         tracker = engine.fit(self.step, self.student, lambda seed, _: self._batches(encoded, seed), None,
@@ -199,7 +199,7 @@ class Distiller:
         return {name: value / max(weight, 1.0) for name, value in sums.items()}
 
 
-class _DistillStep(GroupsStep):
+class _DistilStep(GroupsStep):
     """One AdamW step on the distillation objective (appendix B: betas 0.9/0.98, linear schedule
     with warm-up), each replica's loss weighted by its share of the global batch's tokens.
     Tracing teacher and student together takes minutes on 2 busy cores; a proxy of a few dozen
@@ -238,7 +238,7 @@ def save_student(student, tokenizer, directory, info: Optional[dict] = None) -> 
 
 
 def distil_arch(arch: Arch, teacher, teacher_config: dict, train_ids: Sequence[np.ndarray],
-                eval_ids: Sequence[np.ndarray], config: DistillConfig, progress: bool = True):
+                eval_ids: Sequence[np.ndarray], config: NasDistilConfig, progress: bool = True):
     """Build `arch`, distil it on `train_ids`, score it on `eval_ids`: (student, {"train_loss", "eval"})."""
     student = build_student(arch, teacher_config, config.seed)
     distiller = Distiller(teacher, student, config)

@@ -1,4 +1,4 @@
-"""Task-agnostic distillation of a random BERT student (methods/nas/distill.py) and the saved student."""
+"""Task-agnostic distillation of a random BERT student (methods/nas/distil.py) and the saved student."""
 import json
 
 import numpy as np
@@ -8,8 +8,8 @@ from transformers import BertConfig, BertTokenizerFast, TFBertModel
 
 from tests.conftest import write_tiny_vocab
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.methods.nas.distill import (
-    DistillConfig,
+from xtremedistil_tf.methods.nas.distil import (
+    NasDistilConfig,
     Distiller,
     build_student,
     encode_texts,
@@ -46,7 +46,7 @@ def test_a_distilled_student_saves_and_reloads_with_identical_outputs(teacher_di
     ids = encode_texts(tokenizer, texts(16, 0), 16)
     arch = Arch(1, 2, 16, 32, "silu")
     student = build_student(arch, teacher_config, seed=0)
-    Distiller(teacher, student, DistillConfig(batch_size=16, learning_rate=1e-2)).train(ids, progress=False)
+    Distiller(teacher, student, NasDistilConfig(batch_size=16, learning_rate=1e-2)).train(ids, progress=False)
     out = save_student(student, tokenizer, tmp_path / "student", {"arch": arch.key})
     reloaded = TFBertModel.from_pretrained(str(out))
     batch = tf.constant(ids[0][None, :])
@@ -62,7 +62,7 @@ def test_distillation_lowers_the_held_out_loss_and_the_student_reloads(teacher_d
     teacher, tokenizer, teacher_config = load_teacher(str(teacher_dir))
     train_ids, eval_ids = (encode_texts(tokenizer, texts(n, s), 16) for n, s in ((96, 0), (32, 1)))
     arch = Arch(1, 2, 16, 32, "relu")
-    config = DistillConfig(objective="hs+minilm", relation_heads=4, epochs=3, batch_size=16, learning_rate=3e-3)
+    config = NasDistilConfig(objective="hs+minilm", relation_heads=4, epochs=3, batch_size=16, learning_rate=3e-3)
     student = build_student(arch, teacher_config, seed=0)
     assert student.config.vocab_size == teacher_config["vocab_size"]
     assert student.config.hidden_act == "relu" and student.config.num_hidden_layers == 1
@@ -93,8 +93,8 @@ def test_data_helpers_and_bad_configs(teacher_dir):
     assert max(len(x) for x in ids) <= 8 and all(x[0] == tokenizer.cls_token_id for x in ids)
     student = build_student(Arch(1, 2, 8, 16, "gelu"), teacher_config)
     with pytest.raises(ConfigError, match="relation heads"):
-        Distiller(teacher, student, DistillConfig(objective="minilm", relation_heads=3))
+        Distiller(teacher, student, NasDistilConfig(objective="minilm", relation_heads=3))
     with pytest.raises(ConfigError, match="not divisible"):
         build_student(Arch(1, 3, 8, 16, "gelu"), teacher_config)
     with pytest.raises(ConfigError, match="objective"):
-        DistillConfig(objective="kl")
+        NasDistilConfig(objective="kl")

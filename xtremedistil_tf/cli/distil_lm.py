@@ -1,7 +1,7 @@
-"""bin/distill_lm: a small-vocabulary BERT student by dual training and shared projections
+"""bin/distil_lm: a small-vocabulary BERT student by dual training and shared projections
 (Zhao et al., 2019), ready for the NER pipeline.
 
-    bin/distill_lm --data_dir=/path/to/wikiann --langs=en --hidden=96 \
+    bin/distil_lm --data_dir=/path/to/wikiann --langs=en --hidden=96 \
         --variant=DualTrain+SharedProjUp --work_dir=runs/subwords/h96_up
     bin/train --teacher=runs/subwords/h96_up/student --student=false --data_format=wikiann ...
 
@@ -113,7 +113,7 @@ def size_table(student_cfg, teacher_cfg) -> str:
                                       "compression"], rows)) + "\n"
 
 
-def distill() -> None:
+def distil() -> None:
     check_flags()
     distribution = make_distribution(FLAGS.distribution)
     work = Path(worker_work_dir(FLAGS.work_dir, distribution))
@@ -142,7 +142,7 @@ def distill() -> None:
     corpus = dual.dual_corpus(student_tokenizer, teacher_tokenizer, train_words)
     held_out = dual.dual_corpus(student_tokenizer, teacher_tokenizer, eval_words)
     s_spec, t_spec = dual.Specials.of(student_tokenizer), dual.Specials.of(teacher_tokenizer)
-    cfg = train.DistillLMConfig(variant=FLAGS.variant, p=FLAGS.p, alpha=FLAGS.alpha, mask_prob=FLAGS.mask_prob,
+    cfg = train.DistilLMConfig(variant=FLAGS.variant, p=FLAGS.p, alpha=FLAGS.alpha, mask_prob=FLAGS.mask_prob,
                                 max_len=FLAGS.max_seq_length, batch_size=FLAGS.batch_size, steps=FLAGS.steps,
                                 learning_rate=FLAGS.learning_rate, teacher_learning_rate=FLAGS.teacher_learning_rate,
                                 weight_decay=FLAGS.weight_decay, warmup_fraction=FLAGS.warmup_fraction,
@@ -150,7 +150,7 @@ def distill() -> None:
     student_cfg = models.student_config(FLAGS.vocab_size, FLAGS.hidden, FLAGS.layers, FLAGS.heads,
                                         FLAGS.intermediate, dropout=FLAGS.dropout)
     # A rerun of the same command after a kill continues from the last epoch's checkpoint.
-    checkpoint = EpochCheckpoint(work / "checkpoints" / f"distill_lm-{fingerprint_hash(config)}")
+    checkpoint = EpochCheckpoint(work / "checkpoints" / f"distill_lm-{fingerprint_hash(config)}")  # on-disk name of older runs
     with precision_policy(FLAGS.mixed_precision):
         with scope_of(distribution), stateful_dropout():
             student = models.build_student(student_cfg, seed=FLAGS.seed)
@@ -187,4 +187,11 @@ def distill() -> None:
     print(f"student: {work / 'student'}", file=sys.stdout, flush=True)
 
 
-main, run = command(distill, __doc__, 'bin/distill_lm --data_dir=DIR --langs=en --hidden=96 --variant=DualTrain+SharedProjUp --work_dir=runs/subwords/h96')
+main, run = command(distil, __doc__, 'bin/distil_lm --data_dir=DIR --langs=en --hidden=96 --variant=DualTrain+SharedProjUp --work_dir=runs/subwords/h96')
+
+
+def run_deprecated() -> None:
+    """bin/distill_lm and xtremedistil-distill-lm: the old spelling (the project writes "distil"), still working."""
+    print("bin/distill_lm is deprecated (the old spelling): use bin/distil_lm, which takes the same flags",
+          file=sys.stderr)
+    run()

@@ -21,22 +21,19 @@ from test_pipeline import toy_corpus  # noqa: F401  (a fixture, used by `corpus`
 
 from xtremedistil_tf.cli.common import one_line
 from xtremedistil_tf.data.loading import DataConfig, check_data_config, load_splits
-from xtremedistil_tf.data.readers import READERS, read_dataset, read_labels
+from xtremedistil_tf.data.readers import READERS, read_dataset
 from xtremedistil_tf.errors import ConfigError, DataFormatError, WorkDirError
 from xtremedistil_tf.run import pipeline
 from xtremedistil_tf.run.workdir import WorkDir
 
 CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 CASES = json.loads((CORPUS / "cases.json").read_text(encoding="utf-8"))
-LABELS_FILE = "labels"  # the manifest's format name for read_labels (labels.tsv)
 
 
 # ----------------------------------------------------------------------------- the corpus
 
 def read(case):
     path = CORPUS / case["file"]
-    if case["format"] == LABELS_FILE:
-        return read_labels(path, **case.get("kwargs", {}))
     return read_dataset(case["format"], path, **case.get("kwargs", {}))
 
 
@@ -53,7 +50,7 @@ def test_bad_file_is_reported_with_its_path_line_and_problem(case):
 
 def test_corpus_covers_every_reader_and_lists_every_file():
     assert len(CASES) >= 25
-    assert {c["format"] for c in CASES} == set(READERS) | {LABELS_FILE}
+    assert {c["format"] for c in CASES} == set(READERS)
     listed = {c["file"] for c in CASES}
     on_disk = {str(p.relative_to(CORPUS)) for p in CORPUS.rglob("*") if p.is_file()} - {"cases.json"}
     assert on_disk - listed == {"conll/a_directory/README"}   # the directory case's content
@@ -79,7 +76,6 @@ GOOD = {
     "xtremedistil_tsv": "John lives\ten:B-PER en:O\nParis\ten:B-LOC\n",
     "label_tsv": "pos\tgreat film\nneg\tawful film\n",
     "unlabeled": "john was in paris\nmary at berlin .\n",
-    LABELS_FILE: "O\nB-PER\nI-PER\n",
 }
 
 

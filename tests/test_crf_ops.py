@@ -11,6 +11,14 @@ from xtremedistil_tf.errors import ConfigError
 RTOL, ATOL = 1e-4, 1e-5
 
 
+def crf_multitag_sequence_score(potentials, allowed, lengths, transitions):
+    """tfa's op of that name: the log-sum of the scores of every path whose tag at each position is in `allowed`
+    [B, T, N] bool (the numerator of a fuzzy-CRF loss), as the log norm of the potentials with every other tag
+    at -1e9, far below any sum of FORBIDDEN moves so those paths never mix with the allowed ones (docs/crf.md)."""
+    potentials = tf.cast(potentials, tf.float32)
+    return ops.crf_log_norm(tf.where(tf.cast(allowed, tf.bool), potentials, -1e9), lengths, transitions)
+
+
 # ---------------------------------------------------------------- tfa reference
 
 
@@ -35,7 +43,7 @@ def test_matches_tensorflow_addons(fixtures_dir, case):
         "log_likelihood": log_likelihood,
         "log_norm": ops.crf_log_norm(pots, c["lens"], trans),
         "sequence_score": ops.crf_sequence_score(pots, c["tags"], c["lens"], trans),
-        "multitag_score": ops.crf_multitag_sequence_score(pots, c["allowed"], c["lens"], trans),
+        "multitag_score": crf_multitag_sequence_score(pots, c["allowed"], c["lens"], trans),
         "grad_pots": grad_pots,
         "grad_trans": grad_trans,
         "decode": tags,
@@ -196,7 +204,7 @@ def test_marginals_and_multitag_match_enumeration(num_tags, num_steps, forbidden
     allowed = rng.random([4, num_steps, num_tags]) < 0.5
     allowed[:, :, 0] = True
     marginals = ops.crf_marginals(pots, lengths, trans).numpy()
-    multitag = ops.crf_multitag_sequence_score(pots, allowed, lengths, trans).numpy()
+    multitag = crf_multitag_sequence_score(pots, allowed, lengths, trans).numpy()
     for b, length in enumerate(lengths):
         paths = _paths(pots[b], trans, length)
         log_z = _log_sum_exp([s for s, _ in paths])
@@ -226,7 +234,7 @@ def test_ops_in_tf_function_with_unknown_shapes():
         return (
             ops.crf_log_likelihood(pots, tags, lengths, trans),
             ops.crf_marginals(pots, lengths, trans),
-            ops.crf_multitag_sequence_score(pots, tf.ones_like(pots, tf.bool), lengths, trans),
+            crf_multitag_sequence_score(pots, tf.ones_like(pots, tf.bool), lengths, trans),
         ) + ops.crf_decode(pots, trans, lengths) + kbest
 
     for num_steps, batch in [(5, 3), (2, 4)]:
@@ -236,7 +244,7 @@ def test_ops_in_tf_function_with_unknown_shapes():
         eager = (
             ops.crf_log_likelihood(pots, tags, lengths, trans),
             ops.crf_marginals(pots, lengths, trans),
-            ops.crf_multitag_sequence_score(pots, np.ones(pots.shape, bool), lengths, trans),
+            crf_multitag_sequence_score(pots, np.ones(pots.shape, bool), lengths, trans),
         ) + ops.crf_decode(pots, trans, lengths) + ops.crf_kbest_decode(pots, trans, lengths, 4)
         for g, e in zip(graph, eager):
             np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-6)
@@ -270,7 +278,7 @@ def test_ops_in_tf_function_with_at_most_one_step(num_steps):
             log_likelihood,
             grad_pots,
             grad_trans,
-            ops.crf_multitag_sequence_score(pots, allowed, lengths, trans),
+            crf_multitag_sequence_score(pots, allowed, lengths, trans),
             ops.crf_marginals(pots, lengths, trans),
         ) + ops.crf_decode(pots, trans, lengths) + ops.crf_kbest_decode(pots, trans, lengths, k)
 
@@ -350,7 +358,7 @@ def test_gradients_finite_with_constraints_and_empty_sequences():
         zeros = np.zeros([4, 5], np.int32)
         loss = (
             ops.crf_nll_loss(constrained, zeros, lengths, hard)
-            - tf.reduce_sum(ops.crf_multitag_sequence_score(constrained, allowed, lengths, hard))
+            - tf.reduce_sum(crf_multitag_sequence_score(constrained, allowed, lengths, hard))
             + tf.reduce_sum(ops.crf_marginals(constrained, lengths, hard)[:, :, 1])
         )
     grad_pots, grad_trans = tape.gradient(loss, [pots, trans])

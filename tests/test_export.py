@@ -241,7 +241,7 @@ def test_graph_span_decoding_matches_tags_to_spans(scheme):
     flat = np.array([t for text in texts for t in text], np.int32)
     rows = np.array([i for i, text in enumerate(texts) for _ in text], np.int64)
     position = np.array([j for text in texts for j in range(len(text))], np.int64)
-    first, last, _, _ = decode_spans(tf.gather(prefix_table, flat), tf.gather(type_table, flat), rows, position)
+    first, last, _, _ = decode_spans(tf.gather(prefix_table, flat), tf.gather(type_table, flat), position)
     got = [(int(rows[f]), types[type_table[flat[f]]], int(position[f]), int(position[l]) + 1)
            for f, l in zip(first.numpy(), last.numpy())]
     expected = [(i, etype, s, e) for i, text in enumerate(texts)

@@ -6,7 +6,7 @@ from scipy.stats import spearmanr
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.methods.nas.controller import Controller, ControllerConfig
 from xtremedistil_tf.methods.nas.reward import reward
-from xtremedistil_tf.methods.nas.search import SearchConfig, epsilon, evaluations_until, plan_episode, run_search
+from xtremedistil_tf.methods.nas.search import SearchConfig, epsilon, plan_episode, run_search
 from xtremedistil_tf.methods.nas.space import Arch, SearchSpace
 
 ACTIVATION_COST = {"gelu": 1.0, "relu": 0.9, "silu": 0.95}
@@ -92,6 +92,11 @@ def test_plan_mixes_controller_and_random_picks_and_never_repeats():
     unexplored = {a.key for a in space.states} - {r["arch"] for r in records}
     assert len({p["arch"] for p in plan}) == 4 and {p["arch"] for p in plan} <= unexplored
     assert plan_episode(space, controller, records, 2, config) == plan  # seeded by (seed, episode)
+
+
+def evaluations_until(records, arch_key):
+    """1-based position of `arch_key` in evaluation order, None when it was never evaluated."""
+    return next((n for n, r in enumerate(records, start=1) if r["arch"] == arch_key), None)
 
 
 def _find_optimum(space, seed, budget):

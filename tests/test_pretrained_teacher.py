@@ -31,6 +31,12 @@ CONLL_CHECKPOINT = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 
 # ----------------------------------------------------------------------------- label mapping
 
+def word_tags(label_map, checkpoint_columns):
+    """One sentence's word tags in the data scheme from the checkpoint's argmax column per word (the word
+    decoding `PretrainedTokenTeacher.decode_words` makes of its windows)."""
+    return label_map.to_data_scheme([label_map.word_labels[c] for c in checkpoint_columns])
+
+
 def test_scheme_is_read_from_the_prefixes():
     assert detect_scheme(["O", "B-PER", "I-PER"]) == "IOB2"
     assert detect_scheme(["O", "B-PER", "I-PER", "E-PER", "S-PER"]) == "BIOES"
@@ -45,7 +51,7 @@ def test_iob2_checkpoint_onto_bioes_data():
     assert m.sources == [[0, 5, 6], [1], [2], [2], [1], [3], [4], [4], [3]]
     assert m.dropped == ["MISC"]
     # B-PER I-PER O B-LOC B-LOC B-MISC: the sequence is converted, not tag by tag.
-    assert m.word_tags([1, 2, 0, 3, 3, 5]) == ["B-PER", "E-PER", "O", "S-LOC", "S-LOC", "O"]
+    assert word_tags(m, [1, 2, 0, 3, 3, 5]) == ["B-PER", "E-PER", "O", "S-LOC", "S-LOC", "O"]
 
 
 def test_bmes_checkpoint_onto_iob2_data():
@@ -53,21 +59,21 @@ def test_bmes_checkpoint_onto_iob2_data():
     m = token_label_map(checkpoint, label_set(["PER"], "IOB2"), "IOB2")
     assert m.checkpoint_scheme == "BMES"
     assert m.sources == [[0], [1, 4], [2, 3]]
-    assert m.word_tags([4, 1, 2, 3, 0]) == ["B-PER", "B-PER", "I-PER", "I-PER", "O"]
+    assert word_tags(m, [4, 1, 2, 3, 0]) == ["B-PER", "B-PER", "I-PER", "I-PER", "O"]
 
 
 def test_iob2_checkpoint_onto_iob1_data():
     m = token_label_map(CONLL_CHECKPOINT, label_set(["PER", "LOC"], "IOB1"), "IOB1")
     assert m.sources == [[0, 5, 6], [1], [2], [3], [4]]
     # Two adjacent PER entities: IOB1 marks only the second start with B-.
-    assert m.word_tags([1, 1, 2, 0]) == ["I-PER", "B-PER", "I-PER", "O"]
+    assert word_tags(m, [1, 1, 2, 0]) == ["I-PER", "B-PER", "I-PER", "O"]
 
 
 def test_io_labels_with_long_names_onto_iob2_data():
     m = token_label_map(["O", "PERSON", "Location"], IOB2_PER_LOC, "IOB2")
     assert m.checkpoint_scheme == "IO"
     assert m.sources == [[0], [1], [1], [2], [2]]
-    assert m.word_tags([1, 1, 0, 2, 2]) == ["B-PER", "I-PER", "O", "B-LOC", "I-LOC"]
+    assert word_tags(m, [1, 1, 0, 2, 2]) == ["B-PER", "I-PER", "O", "B-LOC", "I-LOC"]
 
 
 def test_lower_case_types_and_synonyms():
@@ -76,7 +82,7 @@ def test_lower_case_types_and_synonyms():
     assert m.dropped == []
     # data: O B-ORG I-ORG B-PER I-PER B-LOC I-LOC; the checkpoint's columns are in another order.
     assert m.sources == [[0], [5], [6], [1], [2], [3], [4]]
-    assert m.word_tags([5, 6, 1, 0, 3]) == ["B-ORG", "I-ORG", "B-PER", "O", "B-LOC"]
+    assert word_tags(m, [5, 6, 1, 0, 3]) == ["B-ORG", "I-ORG", "B-PER", "O", "B-LOC"]
 
 
 def test_unmappable_label_sets_name_both():

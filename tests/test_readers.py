@@ -10,7 +10,6 @@ from xtremedistil_tf.data.readers import (
     read_char_bmes,
     read_conll,
     read_dataset,
-    read_labels,
     read_unlabeled,
     read_wikiann,
     read_wikiann_dirs,
@@ -38,9 +37,9 @@ def raises_at(path, line, expected):
 def test_sentence_normalises_and_validates():
     sentence = Sentence(["a", "b"], ["O", "B-PER"], "en")
     assert sentence.tokens == ("a", "b") and sentence.tags == ("O", "B-PER")
-    assert len(sentence) == 2 and sentence.is_labeled
+    assert len(sentence) == 2
     assert hash(sentence) == hash(Sentence(("a", "b"), ("O", "B-PER"), "en"))
-    assert not Sentence(["a"]).is_labeled
+    assert Sentence(["a"]).tags is None
     with pytest.raises(ValueError, match="2 tokens but 1 tags"):
         Sentence(["a", "b"], ["O"])
 
@@ -129,11 +128,6 @@ def test_read_xtremedistil_tsv_mismatch_policies(tmp_path):
         read_xtremedistil_tsv(path, on_mismatch="drop")
 
 
-def test_read_labels(tmp_path):
-    path = write(tmp_path, "labels.tsv", "B-LOC\nO\n\nI-LOC\n")
-    assert read_labels(path) == ["B-LOC", "O", "I-LOC"]
-
-
 def test_read_unlabeled(tmp_path):
     path = write(tmp_path, "transfer.txt", "Films About  Ghosts\n\n   \n北京 欢迎\n")
     assert read_unlabeled(path) == [Sentence(("Films", "About", "Ghosts")), Sentence(("北京", "欢迎"))]
@@ -199,8 +193,6 @@ def test_error_missing_file_and_directory(tmp_path):
     assert info.value.line is None
     with raises_at(tmp_path / "fr" / "train", None, "file does not exist"):
         read_wikiann_dirs(tmp_path, ["fr"])
-    with raises_at(tmp_path, None, "is a directory; expected a data file"):
-        read_labels(tmp_path)
 
 
 def test_error_wikiann_missing_prefix(tmp_path):
@@ -273,13 +265,6 @@ def test_error_bmes_column_count_and_scheme(tmp_path):
 def test_error_tag_column_out_of_range(conll_file):
     with raises_at(conll_file, 3, "tag_column=4 but the line has only 4 columns"):
         read_conll(conll_file, tag_column=4)
-
-
-def test_error_duplicate_label(tmp_path):
-    path = write(tmp_path, "labels.tsv", "O\nB-PER\nO\n")
-    with raises_at(path, 3, "duplicate label 'O' (first on line 1)") as info:
-        read_labels(path)
-    assert info.value.line == 3
 
 
 # ---------------------------------------------------------------- demo data and splits
@@ -357,7 +342,7 @@ def test_wikiann_several_languages(shared_data):
 
 def test_xtremedistil_sample(shared_data):
     root = shared_data / "wikiann_xtremedistil_sample"
-    labels = read_labels(root / "labels.tsv")
+    labels = (root / "labels.tsv").read_text(encoding="utf-8").split()
     assert labels == ["B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER", "O"]
     # The authors' own train file has two lines with one tag too many (lines 35 and 68).
     with raises_at(root / "train_small.tsv", 35, "7 tokens but 8 tags"):

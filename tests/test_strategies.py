@@ -3,13 +3,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import TOY_LABELS, toy_ner_sentences
+from helpers import predict_tags
 
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode
 from xtremedistil_tf.data.scoring import entity_scores
 from xtremedistil_tf.engine.callbacks import BestSoFar
 from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages
 from xtremedistil_tf.errors import INTERRUPT, ConfigError
-from xtremedistil_tf.methods.staged import DistilConfig, make_dev_f1, predict_tags, stages_key, train_student
+from xtremedistil_tf.methods.staged import DistilConfig, make_dev_f1, stages_key, train_student
 from xtremedistil_tf.methods.strategies import STRATEGIES, get_strategy
 from xtremedistil_tf.methods.student_run import teacher_labeled
 from xtremedistil_tf.students import build_bilstm_student, svd_reduce

@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import predict_tags
 
 import xtremedistil_tf  # noqa: F401
 from xtremedistil_tf.data.alignment import Windows
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.methods.staged import predict_tags
 from xtremedistil_tf.students import (
     build_bilstm_classifier,
     build_bilstm_student,

@@ -8,7 +8,8 @@ from transformers import AutoTokenizer, TFAutoModel
 
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.methods.subwords.dual import IGNORE, Specials, build_batch, dual_corpus
-from xtremedistil_tf.methods.subwords.models import DualTeacher, load_student, save_student, word_embeddings
+from xtremedistil_tf.methods.subwords.models import (DualTeacher, gather_masked, load_student, save_student, transform,
+                                                     word_embeddings)
 from xtremedistil_tf.methods.subwords.train import DistilLMConfig, DualTrainer, masked_word_accuracy, train
 
 
@@ -21,6 +22,18 @@ def setup(tmp_path_factory):
     student = tiny_mlm(s_spec.size, hidden=16, seed=1)
     teacher = DualTeacher(tiny_mlm(t_spec.size, hidden=32, seed=2), 16, s_spec.size, seed=3)
     return student_tok, student, teacher, {k: tf.constant(v) for k, v in batch.items()}
+
+
+def vocab_logits(dual, batch, student_embeddings):
+    """(teacher-vocabulary logits, student-vocabulary logits, labels, is_student) at the masked positions,
+    both softmaxes for every position (DualTeacher.masked_loss takes each position's own one)."""
+    embeds = dual.embed(batch["t_ids"], batch["t_is_student"], student_embeddings)
+    out = dual.teacher.bert(input_ids=None, inputs_embeds=embeds, attention_mask=batch["t_attn"], training=False)
+    hidden, labels, is_student = gather_masked(out.last_hidden_state, batch["t_labels"], batch["t_is_student"])
+    h = transform(dual.teacher, hidden)
+    t_logits = tf.matmul(h, word_embeddings(dual.teacher), transpose_b=True) + dual.teacher.mlm.predictions.bias
+    s_logits = tf.matmul(h, dual.student_table(student_embeddings), transpose_b=True) + dual.student_bias
+    return t_logits, s_logits, labels, is_student
 
 
 def test_each_position_reads_the_table_of_its_vocabulary(setup):
@@ -37,7 +50,7 @@ def test_each_position_reads_the_table_of_its_vocabulary(setup):
 def test_masked_positions_use_the_softmax_of_their_vocabulary(setup):
     _, student, teacher, batch = setup
     loss, count, correct = teacher.masked_loss(batch, word_embeddings(student))
-    t_logits, s_logits, labels, is_student = (x.numpy() for x in teacher.vocab_logits(batch, word_embeddings(student)))
+    t_logits, s_logits, labels, is_student = (x.numpy() for x in vocab_logits(teacher, batch, word_embeddings(student)))
     assert t_logits.shape[1] == word_embeddings(teacher.teacher).shape[0] and s_logits.shape[1] == 60
 
     def nll(logits, label):

@@ -5,10 +5,12 @@ import numpy as np
 
 from xtremedistil_tf.crf import ops
 from xtremedistil_tf.transfer.cache import read_sharded, write_sharded
-from xtremedistil_tf.teachers.surrogates import SURROGATE_KEYS, make_surrogate_fn
+from xtremedistil_tf.teachers.surrogates import make_surrogate_fn
 
 N, T = 3, 4
 LENGTHS = np.array([4, 2, 3, 1], np.int32)
+# What kbest_surrogates returns per row (and the cache stores).
+SURROGATE_KEYS = ("kbest_tags", "kbest_probs", "kbest_valid", "residual", "marginals")
 
 
 def _teacher(seed=0):

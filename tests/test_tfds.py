@@ -11,9 +11,34 @@ import tensorflow_datasets as tfds
 from xtremedistil_tf.data import tfds_builders as tb
 from xtremedistil_tf.data.loading import DataConfig, load_splits
 from xtremedistil_tf.data.readers import read_unlabeled
+from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError, DataFormatError
 
 MSRA_FILES = {"train": tb.XdMsra.TRAIN, "test": tb.XdMsra.TEST}
+
+
+def example_to_sentence(example: dict, labeled: bool = True) -> Sentence:
+    """The inverse of tb.sentence_to_example, from a numpy example (bytes) of `tfds.as_numpy`."""
+    tags = [t.decode("utf-8") for t in example["tags"]]
+    lang = example["lang"].decode("utf-8")
+    return Sentence([t.decode("utf-8") for t in example["tokens"]], tags if labeled else None, lang or None)
+
+
+def load_sentences(name, split, manual_dir, data_dir, config=None, input_context=None, overwrite=False):
+    """The sentences of `split` of our TFDS builder `name`, prepared from manual_dir on first use (tb.prepare).
+
+    Read with `tfds.load`, in file order. `split` may be any TFDS split spec ("train[:10%]", one of
+    `tfds.even_splits("train", n)`). `input_context` (a tf.distribute.InputContext) gives this
+    worker its share of the TFRecord shards through tfds.ReadConfig (the split needs at least as
+    many shards as input pipelines: prepare with num_shards).
+    """
+    builder = tb.prepare(name, manual_dir, data_dir, config, overwrite=overwrite)
+    dataset = tfds.load(builder.name, split=split, data_dir=str(data_dir), shuffle_files=False,
+                        builder_kwargs={"config": builder.builder_config},
+                        read_config=tfds.ReadConfig(input_context=input_context),
+                        download_and_prepare_kwargs={
+                            "download_config": tfds.download.DownloadConfig(manual_dir=str(manual_dir))})
+    return [example_to_sentence(example, builder.LABELED) for example in tfds.as_numpy(dataset)]
 
 
 def _write_blocks(path: Path, blocks) -> None:
@@ -45,7 +70,7 @@ def _assert_msra_equal(manual_dir: Path, data_dir: Path) -> None:
     reference = _msra_reference(manual_dir)
     for split in ("train", "dev", "test"):
         assert reference[split], split
-        assert tb.load_sentences("xd_msra", split, manual_dir, data_dir) == reference[split], split
+        assert load_sentences("xd_msra", split, manual_dir, data_dir) == reference[split], split
 
 
 def test_msra_synthetic_equals_load_splits(tmp_path):
@@ -57,7 +82,7 @@ def test_msra_synthetic_equals_load_splits(tmp_path):
     dataset = tfds.load("xd_msra", split="test", data_dir=str(tmp_path / "tfds"),
                         download_and_prepare_kwargs={
                             "download_config": tfds.download.DownloadConfig(manual_dir=str(manual))})
-    assert [tb.example_to_sentence(e) for e in tfds.as_numpy(dataset)] == _msra_reference(manual)["test"]
+    assert [example_to_sentence(e) for e in tfds.as_numpy(dataset)] == _msra_reference(manual)["test"]
     assert sorted(p.name for p in (tmp_path / "tfds" / "xd_msra" / "dev0.1_seed0" / "1.0.0").glob("*.tfrecord*")) == [
         "xd_msra-dev.tfrecord-00000-of-00001", "xd_msra-test.tfrecord-00000-of-00001",
         "xd_msra-train.tfrecord-00000-of-00001"]
@@ -90,8 +115,8 @@ def test_msra_other_holdout_config(tmp_path):
     _write_blocks(manual / MSRA_FILES["test"], _bmes_blocks(5, 1))
     reference = load_splits(DataConfig(format="char_bmes", data_dir=str(manual), train_file=MSRA_FILES["train"],
                                        scheme="BMES", dev_fraction=0.2, seed=3))
-    assert tb.load_sentences("xd_msra/dev0.2_seed3", "dev", manual, tmp_path / "tfds") == reference["dev"]
-    assert tb.load_sentences("xd_msra", "dev", manual, tmp_path / "tfds",
+    assert load_sentences("xd_msra/dev0.2_seed3", "dev", manual, tmp_path / "tfds") == reference["dev"]
+    assert load_sentences("xd_msra", "dev", manual, tmp_path / "tfds",
                              config=tb.msra_config(0.2, 3)) == reference["dev"]
 
 
@@ -109,14 +134,14 @@ def test_prepare_twice_reuses_shards_and_refuses_changed_files(tmp_path, monkeyp
     shards = {p: p.stat().st_mtime_ns for p in Path(builder.data_dir).glob("*.tfrecord*")}
     assert len(shards) == 3
     tb.prepare("xd_msra", manual, data_dir)
-    tb.load_sentences("xd_msra", "train", manual, data_dir)
+    load_sentences("xd_msra", "train", manual, data_dir)
     assert len(calls) == 2, "preparing again must reuse the shards"
     assert {p: p.stat().st_mtime_ns for p in Path(builder.data_dir).glob("*.tfrecord*")} == shards
 
     _write_blocks(manual / MSRA_FILES["test"], _bmes_blocks(4, 2))  # the user's files change
     with pytest.raises(ConfigError, match="prepared from other files"):
         tb.prepare("xd_msra", manual, data_dir)
-    assert tb.load_sentences("xd_msra", "test", manual, data_dir, overwrite=True) == _msra_reference(manual)["test"]
+    assert load_sentences("xd_msra", "test", manual, data_dir, overwrite=True) == _msra_reference(manual)["test"]
     assert len(calls) == 4
 
 
@@ -138,13 +163,13 @@ def test_wikiann_rahimi_equals_load_splits(tmp_path):
     manual = _wikiann_dir(tmp_path / "manual")
     reference = load_splits(DataConfig(format="wikiann", data_dir=str(manual), langs=["en", "de"]))
     for split in ("train", "dev", "test"):
-        assert tb.load_sentences("xd_wikiann_rahimi/en+de", split, manual, tmp_path / "tfds") == reference[split]
+        assert load_sentences("xd_wikiann_rahimi/en+de", split, manual, tmp_path / "tfds") == reference[split]
     assert {s.lang for s in reference["train"]} == {"en", "de"}
     english = load_splits(DataConfig(format="wikiann", data_dir=str(manual), langs=["en"]))
-    assert tb.load_sentences("xd_wikiann_rahimi", "test", manual, tmp_path / "tfds",
+    assert load_sentences("xd_wikiann_rahimi", "test", manual, tmp_path / "tfds",
                              config=tb.wikiann_config(["en"])) == english["test"]
     dataset = tfds.load("xd_wikiann_rahimi/en", split="dev", data_dir=str(tmp_path / "tfds"))  # config from its name
-    assert [tb.example_to_sentence(e) for e in tfds.as_numpy(dataset)] == english["dev"]
+    assert [example_to_sentence(e) for e in tfds.as_numpy(dataset)] == english["dev"]
     assert sorted(p.name for p in (tmp_path / "tfds" / "xd_wikiann_rahimi").iterdir() if not p.name.startswith(".")) \
         == ["en", "en+de"]
 
@@ -167,7 +192,7 @@ def test_conll_equals_load_splits(tmp_path, with_dev):
                                        dev_file="dev" if with_dev else "", test_file="test"))
     for split in ("train", "dev", "test"):
         assert reference[split]
-        assert tb.load_sentences("xd_conll", split, manual, tmp_path / "tfds") == reference[split], split
+        assert load_sentences("xd_conll", split, manual, tmp_path / "tfds") == reference[split], split
 
 
 def test_transfer_text_words_and_chars(tmp_path):
@@ -175,21 +200,21 @@ def test_transfer_text_words_and_chars(tmp_path):
     manual.mkdir()
     (manual / "transfer.txt").write_text("the cat sat\n\n我们 在北京\n  spaced   words  \n", encoding="utf-8")
     for config, char_level in (("words", False), ("chars", True)):
-        sentences = tb.load_sentences(f"xd_transfer_text/{config}", "train", manual, tmp_path / "tfds")
+        sentences = load_sentences(f"xd_transfer_text/{config}", "train", manual, tmp_path / "tfds")
         assert sentences == read_unlabeled(manual / "transfer.txt", char_level=char_level)
         assert all(s.tags is None and s.lang is None for s in sentences)
-    assert [len(s) for s in tb.load_sentences("xd_transfer_text", "train", manual, tmp_path / "tfds")] == [3, 2, 2]
+    assert [len(s) for s in load_sentences("xd_transfer_text", "train", manual, tmp_path / "tfds")] == [3, 2, 2]
 
 
 def test_sharding_across_workers(tmp_path):
     manual = _conll_dir(tmp_path / "manual", with_dev=True)
     full = load_splits(DataConfig(format="conll", data_dir=str(manual), dev_file="dev", test_file="test"))["train"]
     # tfds.even_splits: contiguous parts of a split, in order, whatever the shard count.
-    parts = [tb.load_sentences("xd_conll", part, manual, tmp_path / "tfds") for part in tfds.even_splits("train", n=2)]
+    parts = [load_sentences("xd_conll", part, manual, tmp_path / "tfds") for part in tfds.even_splits("train", n=2)]
     assert all(parts) and parts[0] + parts[1] == full
     # ReadConfig(input_context=...): one TFRecord shard per input pipeline (needs as many shards as pipelines).
     tb.prepare("xd_conll", manual, tmp_path / "tfds2", num_shards=2)
-    shares = [tb.load_sentences("xd_conll", "train", manual, tmp_path / "tfds2",
+    shares = [load_sentences("xd_conll", "train", manual, tmp_path / "tfds2",
                                 input_context=tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=i))
               for i in range(2)]
     assert all(shares) and sorted(shares[0] + shares[1], key=repr) == sorted(full, key=repr)  # a multiset: shard order

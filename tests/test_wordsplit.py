@@ -3,6 +3,7 @@ import json
 
 import pytest
 from conftest import REPO
+from helpers import divided_tokens
 from transformers import BertTokenizerFast
 
 from xtremedistil_tf.data.loading import DataConfig, load_splits, read_jsonl, write_jsonl
@@ -10,7 +11,7 @@ from xtremedistil_tf.data.readers import read_char_bmes
 from xtremedistil_tf.data.schemes import tags_to_spans
 from xtremedistil_tf.data.scoring import char_spans
 from xtremedistil_tf.data.sentence import Sentence
-from xtremedistil_tf.data.wordsplit import continue_tags, divided_tokens, resplit, split_words, word_offsets
+from xtremedistil_tf.data.wordsplit import continue_tags, resplit, split_words, word_offsets
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.run.workdir import WorkDir
 

@@ -9,7 +9,6 @@ from xtremedistil_tf.crf.ops import (  # noqa: F401
     crf_log_likelihood,
     crf_log_norm,
     crf_marginals,
-    crf_multitag_sequence_score,
     crf_nll_loss,
     crf_sequence_score,
 )

@@ -15,7 +15,7 @@ Conventions (docs/crf.md has the long form):
   while exp(-1e4) is exactly 0 in float32, so forbidden paths get probability 0
   whenever an allowed path exists. -1e4 also fits in float16.
 - A zero-length sequence has exactly one labeling, the empty one, with score 0:
-  log-norm, sequence score, log-likelihood and multitag score are 0, its decoded
+  log-norm, sequence score and log-likelihood are 0, its decoded
   tags are all 0 with score 0, and k-best gives it one valid path (score 0,
   log-prob 0). tfa agrees except for the 1-best decode score (tfa returns the
   best first-position potential).
@@ -34,9 +34,6 @@ FORBIDDEN = -1e4
 # A single potential or transition at or below this is a hard constraint (see
 # crf_kbest_decode); half of FORBIDDEN so bfloat16's rounding of -1e4 (-9984) still counts.
 FORBIDDEN_THRESHOLD = FORBIDDEN / 2
-# Score of a tag outside the candidate set in crf_multitag_sequence_score: far below any
-# sum of FORBIDDEN moves so those paths never mix with the allowed ones.
-_EXCLUDED = -1e9
 _TINY = float(np.finfo(np.float32).tiny)
 # A step sum below this lost precision (float32 denormals start at ~1.2e-38).
 _UNDERFLOW = 1e-30
@@ -179,20 +176,6 @@ def crf_nll_loss(potentials, tags, lengths, transitions):
     """Mean negative log-likelihood over the batch (a scalar; 0 for an empty batch)."""
     nll = -crf_log_likelihood(potentials, tags, lengths, transitions)
     return tf.math.divide_no_nan(tf.reduce_sum(nll), tf.cast(tf.size(nll), tf.float32))
-
-
-def crf_multitag_sequence_score(potentials, allowed, lengths, transitions):
-    """Log-sum of the scores of every path whose tag at each position is in `allowed`.
-
-    Args: potentials [B, T, N]; allowed [B, T, N] bool (each real position needs at
-    least one True); lengths [B]; transitions [N, N].
-    Returns: [B] float32, the numerator of a fuzzy-CRF loss (0 for zero length).
-    """
-    potentials, lengths, transitions, num_steps = _prepare(potentials, lengths, transitions)
-    allowed = tf.cast(allowed, tf.bool)
-    allowed = tf.pad(allowed, [[0, 0], [0, tf.shape(potentials)[1] - num_steps], [0, 0]], constant_values=True)
-    filtered = tf.where(allowed, potentials, _EXCLUDED)
-    return _log_norm_from_alphas(_forward(filtered, transitions), lengths)
 
 
 def crf_marginals(potentials, lengths, transitions):

@@ -324,27 +324,6 @@ def _strip_tag_prefixes(path: PathLike, lineno: int, prefixed_tags: list[str]) -
     return first_lang, tags
 
 
-def read_labels(path: PathLike) -> list[str]:
-    """XtremeDistil labels.tsv: one label per line, blank lines ignored, order kept."""
-    labels: dict[str, int] = {}
-    for lineno, line in _open_lines(path):
-        label = line.strip()
-        if not label:
-            continue
-        if len(label.split()) != 1:
-            raise DataFormatError(path, lineno, f"expected one label per line, found {line!r}")
-        try:
-            schemes.entity_types([label])
-        except ValueError as e:
-            raise DataFormatError(path, lineno, f"{e}; expected one tag per line") from None
-        if label in labels:
-            raise DataFormatError(path, lineno, f"duplicate label {label!r} (first on line {labels[label]})")
-        labels[label] = lineno
-    if not labels:
-        raise DataFormatError(path, None, "empty file: expected one label per line")
-    return list(labels)
-
-
 def read_unlabeled(path: PathLike, char_level: bool = False, lang: Optional[str] = None) -> list[Sentence]:
     """Plain-text transfer data, one sentence per line; blank lines are skipped.
 

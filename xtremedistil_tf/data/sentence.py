@@ -42,8 +42,3 @@ class Sentence:
     def raw_text(self) -> str:
         """The text an exported model is given for this sentence: `text`, or the tokens joined by single spaces."""
         return self.text if self.text is not None else " ".join(self.tokens)
-
-    @property
-    def is_labeled(self) -> bool:
-        """True when the sentence carries gold (or teacher) tags."""
-        return self.tags is not None

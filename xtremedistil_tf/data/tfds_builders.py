@@ -15,8 +15,8 @@ readers return, in file order (`disable_shuffling`), keyed by their index in the
   (default) and `chars` (Chinese).
 
 Features: `tokens` (Sequence(Text)), `tags` (Sequence(Text), empty for unlabeled text), `lang`
-(Text, "" for none). `load_sentences` reads a split back as `list[Sentence]`, optionally one
-worker's share under tf.distribute. See docs/data.md "TFDS builders".
+(Text, "" for none). `prepare` prepares a builder from manual_dir once; `load_tfds_splits` reads a
+prepared NER builder's splits back as `list[Sentence]` (`--data_source`). See docs/data.md "TFDS builders".
 
 Prepared data is reused as it is (TFDS's rule). Because a user's files can change under the same
 name, each builder records a fingerprint (size and sha256) of the files it read in the dataset's
@@ -48,13 +48,6 @@ _FINGERPRINT_KEY = "source_files"
 def sentence_to_example(sentence: Sentence) -> dict:
     """A Sentence as a TFDS example: empty tags for unlabeled text, "" for no language."""
     return {"tokens": list(sentence.tokens), "tags": list(sentence.tags or ()), "lang": sentence.lang or ""}
-
-
-def example_to_sentence(example: dict, labeled: bool = True) -> Sentence:
-    """The inverse of sentence_to_example, from a numpy example (bytes) of `tfds.as_numpy`."""
-    tags = [t.decode("utf-8") for t in example["tags"]]
-    lang = example["lang"].decode("utf-8")
-    return Sentence([t.decode("utf-8") for t in example["tokens"]], tags if labeled else None, lang or None)
 
 
 def _fingerprint(paths: Sequence[Path], root: Path) -> Dict[str, str]:
@@ -377,25 +370,6 @@ def prepare(name: str, manual_dir: PathLike, data_dir: PathLike,
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
         manual_dir=str(manual_dir), download_mode=mode, num_shards=num_shards))
     return builder
-
-
-def load_sentences(name: str, split: str, manual_dir: PathLike, data_dir: PathLike,
-                   config: Union[None, str, tfds.core.BuilderConfig] = None,
-                   input_context=None, overwrite: bool = False) -> List[Sentence]:
-    """The sentences of `split` of our TFDS builder `name`, prepared from manual_dir on first use.
-
-    Read with `tfds.load`, in file order. `split` may be any TFDS split spec ("train[:10%]", one of
-    `tfds.even_splits("train", n)`). `input_context` (a tf.distribute.InputContext) gives this
-    worker its share of the TFRecord shards through tfds.ReadConfig (the split needs at least as
-    many shards as input pipelines: prepare with num_shards).
-    """
-    builder = prepare(name, manual_dir, data_dir, config, overwrite=overwrite)
-    dataset = tfds.load(builder.name, split=split, data_dir=str(data_dir), shuffle_files=False,
-                        builder_kwargs={"config": builder.builder_config},
-                        read_config=tfds.ReadConfig(input_context=input_context),
-                        download_and_prepare_kwargs={
-                            "download_config": tfds.download.DownloadConfig(manual_dir=str(manual_dir))})
-    return [example_to_sentence(example, builder.LABELED) for example in tfds.as_numpy(dataset)]
 
 
 # ---------------------------------------------------------------- TFDS's own builders (--data_source)

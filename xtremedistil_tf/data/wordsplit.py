@@ -104,13 +104,3 @@ def apply_word_split(sentences: Iterable[Sentence], word_split: str, scheme: str
         raise ValueError(f"word_split={word_split!r}; expected one of {', '.join(WORD_SPLITS)}")
     sentences = list(sentences)
     return resplit(sentences, scheme) if word_split == "bert" else sentences
-
-
-def divided_tokens(sentences: Sequence[Sentence]) -> Tuple[int, int]:
-    """(tokens the split divides or drops, all tokens) of sentences in the data's own tokens."""
-    divided = total = 0
-    for sentence in sentences:
-        for token, parts in zip(sentence.tokens, split_words(sentence.tokens)):
-            total += 1
-            divided += not (len(parts) == 1 and parts[0] == (0, len(token)))
-    return divided, total

@@ -76,10 +76,6 @@ def is_chief(distribution: Optional[tf.distribute.Strategy]) -> bool:
                                     "chief" not in resolver.cluster_spec().as_dict())
 
 
-def replicas(distribution: Optional[tf.distribute.Strategy]) -> int:
-    return 1 if distribution is None else distribution.num_replicas_in_sync
-
-
 def shard_by_data(ds: tf.data.Dataset) -> tf.data.Dataset:
     """`ds` with multi-worker auto-sharding by element (the teacher-output caches can have fewer
     shard files than there are workers, which file sharding refuses). Each global batch is then

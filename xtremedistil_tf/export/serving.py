@@ -120,10 +120,10 @@ def valid_utf8(text):
                                         replace_control_characters=False)
 
 
-def decode_spans(prefix, type_id, word_row, word_position):
+def decode_spans(prefix, type_id, word_position):
     """Lenient span decoding of flat word tags (schemes.tags_to_spans, vectorised).
 
-    prefix, type_id, word_row, word_position: [W]. A word continues the entity before it
+    prefix, type_id, word_position: [W]. A word continues the entity before it
     when it is inside/end (I, M, E), the previous word in the same text is begin/inside of
     the same type; any other non-O word starts a span. Returns (first word [S], last word
     [S]) as flat word indices.
@@ -385,7 +385,7 @@ class NerServing(tf.Module):
         rows, num_words, start_byte, end_byte = start.value_rowids(), start.row_lengths(), start.values, end.values
         position = _positions(rows, num_words)
         prefix, type_id = tf.gather(self._prefixes, tags), tf.gather(self._type_ids, tags)
-        first, last, span_of_word, in_entity = decode_spans(prefix, type_id, rows, position)
+        first, last, span_of_word, in_entity = decode_spans(prefix, type_id, position)
         span_rows = tf.gather(rows, first)
         span_start_byte, span_end_byte = tf.gather(start_byte, first), tf.gather(end_byte, last)
         confidence = tf.math.unsorted_segment_mean(tf.boolean_mask(probs, in_entity),

@@ -162,7 +162,7 @@ def fuzzy_loss(prediction, target, mask):
 
     p^s_sum = sum_k P_s(y_k | x) is Eq. 3's fuzzy-CRF likelihood of the candidate set
     {y_1..y_K}: the paths themselves, not the product set of their per-position tags that
-    `crf_multitag_sequence_score` would score. Arguments as in `kbest_seq_ce`.
+    a multitag CRF score (tfa's `crf_multitag_sequence_score`) would score. Arguments as in `kbest_seq_ce`.
     """
     log_probs, _, mass_t, valid = _kbest(prediction, target, mask)
     log_mass_s = _student_log_mass(log_probs, valid)

@@ -392,17 +392,6 @@ def head_argmax_fn(student: tf.keras.Model, head: str = "softmax"):
                        input_signature=[{"input_ids": spec, "attention_mask": spec}])
 
 
-def predict_tags(student: tf.keras.Model, windows: Windows, batch_size: int = 64,
-                 head: str = "softmax", argmax_fn=None) -> np.ndarray:
-    """Argmax tag id per piece [W, L] from the `softmax` (probs) or `logits` head (or a given
-    `head_argmax_fn`).
-
-    Windows are batched by length so that each batch is only as long as its longest window; decode
-    the result with `xtremedistil_tf.data.alignment.decode`.
-    """
-    return predict_by_length(windows, argmax_fn or head_argmax_fn(student, head), batch_size)
-
-
 def head_probs_fn(student: tf.keras.Model, head: str = "softmax"):
     """A compiled {"input_ids", "attention_mask"} [B, T] -> tag probabilities [B, T, tags] float32 of
     the `softmax` head (probs) or of the `logits` regressor (through a softmax)."""

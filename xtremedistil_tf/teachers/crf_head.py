@@ -5,7 +5,7 @@ tags) with a linear-chain CRF on top. `call` still returns the raw logits, so th
 regression and `call_with_hidden` are unchanged; the CRF adds potentials, the NLL, Viterbi and
 k-best surrogates. Paper settings: dropout 0.5 on the embedding output and on BERT's output;
 learning rate 1e-3 for the logits and the CRF, 1e-5 for the top encoder layer with 0.9 decay per
-layer going down (`crf_finetune_config`).
+layer going down (`recipe_for("crf", learning_rate=1e-5)`, teachers/finetune.py).
 
 Constraints over the piece-level tags (`piece_crf_constraints`). A window is always
 `[CLS] pieces... [SEP]`, its length is the attention mask's sum, and [PAD] never occurs inside
@@ -36,7 +36,6 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.losses.reduce import masked_mean
 from xtremedistil_tf.losses.sequence import labeled_rows
-from xtremedistil_tf.teachers.finetune import FinetuneConfig, recipe_for
 from xtremedistil_tf.teachers.model import TokenTeacher, load_encoder, load_tokenizer
 from xtremedistil_tf.teachers.surrogates import make_surrogate_fn
 
@@ -164,8 +163,3 @@ def build_crf_teacher(name_or_path: str, labels: Sequence[str], scheme: str, max
     teacher = CRFTokenTeacher(encoder, TagVocab(labels), scheme, max_seq_length, dropout, embedding_dropout)
     teacher.build_for_length()
     return teacher, load_tokenizer(name_or_path)
-
-
-def crf_finetune_config(**overrides) -> FinetuneConfig:
-    """The paper's teacher settings (Table 6, Sec. 5.2); keyword arguments override them."""
-    return recipe_for("crf", **{"batch_size": 32, "learning_rate": 1e-5, **overrides})

@@ -17,7 +17,7 @@ Two outputs per mapping:
   columns (BIOES data from an IOB2 checkpoint: S- reads B-, E- reads I-), and an IO checkpoint's
   one column feeds every prefix of its type. "O" reads "O" and every column of an extra
   checkpoint type.
-- the **word decoding** (`TokenLabelMap.word_tags`, `to_data_scheme`): the checkpoint's argmax label of each word,
+- the **word decoding** (`TokenLabelMap.word_labels`, `to_data_scheme`): the checkpoint's argmax label of each word,
   with its type renamed to the data's, as a sequence in the checkpoint's scheme converted to the
   data's scheme through spans (data/schemes.py). Word predictions are thus the checkpoint's own
   argmax whatever the two schemes are.
@@ -115,10 +115,6 @@ class TokenLabelMap:
         tags = list(tags)
         return tags if self.decoding_scheme == self.data_scheme else \
             convert_tags(tags, self.decoding_scheme, self.data_scheme)
-
-    def word_tags(self, checkpoint_columns: Sequence[int]) -> List[str]:
-        """One sentence's word tags in the data scheme from the checkpoint's argmax column per word."""
-        return self.to_data_scheme([self.word_labels[c] for c in checkpoint_columns])
 
     def describe(self) -> str:
         return (f"checkpoint labels {self.checkpoint_labels} ({self.checkpoint_scheme}) -> data labels "

@@ -22,8 +22,6 @@ import tensorflow as tf
 
 from xtremedistil_tf.crf import ops
 
-SURROGATE_KEYS = ("kbest_tags", "kbest_probs", "kbest_valid", "residual", "marginals")
-
 SurrogateFn = Callable[[np.ndarray, np.ndarray, np.ndarray], Dict[str, np.ndarray]]
 
 

@@ -162,11 +162,3 @@ def run_search(space: SearchSpace, evaluate: Callable[[Arch], Dict], config: Sea
 
 def top_records(records: List[dict], k: int) -> List[dict]:
     return sorted(records, key=lambda r: -r["reward"])[:k]
-
-
-def evaluations_until(records: List[dict], arch_key: str) -> Optional[int]:
-    """1-based position of `arch_key` in evaluation order, None when it was never evaluated."""
-    for n, r in enumerate(records, start=1):
-        if r["arch"] == arch_key:
-            return n
-    return None

@@ -151,17 +151,6 @@ class DualTeacher(tf.Module):
         correct = (_count_correct(t_labels, t_logits) + _count_correct(s_labels, s_logits))
         return loss, tf.size(labels), correct
 
-    def vocab_logits(self, batch: Dict[str, tf.Tensor], student_embeddings: tf.Tensor):
-        """(teacher-vocabulary logits, student-vocabulary logits, labels, is_student) at the masked
-        positions, both softmaxes for every position: for tests and inspection."""
-        embeds = self.embed(batch["t_ids"], batch["t_is_student"], student_embeddings)
-        out = self.teacher.bert(input_ids=None, inputs_embeds=embeds, attention_mask=batch["t_attn"], training=False)
-        hidden, labels, is_student = gather_masked(out.last_hidden_state, batch["t_labels"], batch["t_is_student"])
-        h = transform(self.teacher, hidden)
-        t_logits = tf.matmul(h, word_embeddings(self.teacher), transpose_b=True) + self.teacher.mlm.predictions.bias
-        s_logits = tf.matmul(h, self.student_table(student_embeddings), transpose_b=True) + self.student_bias
-        return t_logits, s_logits, labels, is_student
-
 
 def _count_correct(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels), tf.int32))

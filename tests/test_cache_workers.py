@@ -40,7 +40,7 @@ def run_parts(out: Path, count: int, **kwargs) -> list:
         except Exception as e:  # reported by the test's thread
             errors.append(e)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(count)]
     for t in threads:
         t.start()
     for t in threads:
@@ -73,7 +73,8 @@ def test_a_worker_other_than_0_waits_for_worker_0_to_clear_another_run(one_proce
     with pytest.raises(ConfigError, match="different configuration"):
         tc.write(tmp_path, part=(1, 2))
     done = []
-    late = threading.Thread(target=lambda: done.append(tc.write(tmp_path, part=(1, 2), overwrite=True)))
+    late = threading.Thread(target=lambda: done.append(tc.write(tmp_path, part=(1, 2), overwrite=True)),
+                            daemon=True)
     late.start()
     time.sleep(3 * cache.POLL_SECONDS)
     assert not done and cache.load_manifest(tmp_path)["fingerprint"]["layer"] == 9   # waits, deletes nothing

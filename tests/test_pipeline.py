@@ -359,3 +359,46 @@ def test_report_probes_teacher_beside_student(finished_run, tmp_path):
     report = write_report(cfg.work_dir, probes_file=str(probes)).read_text(encoding="utf-8")
     assert "## Probe sentences" in report and rows[0][1] in report
     assert probe_texts(Path(cfg.work_dir)) == [("en", text) for text in DEFAULT_PROBES["en"]]
+
+
+def test_transfer_only_workers_write_the_caches_of_a_full_run(finished_run, tmp_path):
+    """--transfer_only on a work dir whose teacher is done: two workers (threads here, each its part as
+    TF_CONFIG would give it) write the caches a full run writes, and mark the step done as it does, so
+    the next full run goes on to the student. Without a done teacher it is refused."""
+    import shutil
+    import threading
+    from dataclasses import replace
+
+    cfg, _ = finished_run
+    work = tmp_path / "work"
+    skip = {"transfer", "transfer_dev", "student", ".lock", "metrics.json"}
+    shutil.copytree(cfg.work_dir, work, ignore=lambda d, names: [n for n in names if Path(d) == Path(cfg.work_dir)
+                                                                 and n in skip])
+    split = replace(cfg, work_dir=str(work), transfer_only=True)
+    results, errors = {}, []
+
+    def worker(index):
+        try:
+            results[index] = pipeline.run_transfer_only(split, part=(index, 2))
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors and results[0] == results[1] and results[0]["transfer"]["windows"] > 0
+    full = pipeline.WorkDir(cfg.work_dir)
+    assert json.loads((work / "transfer" / "step.json").read_text())["hash"] == full.stored("transfer")["hash"]
+    for name in ("transfer", "transfer_dev"):
+        got = list(read_sharded(work / name).as_numpy_iterator())
+        want = list(read_sharded(full.path(name)).as_numpy_iterator())
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g["input_ids"], w["input_ids"])
+            np.testing.assert_allclose(g["logits"], w["logits"], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(g["hidden"], w["hidden"], rtol=2 ** -10, atol=1e-6)
+    assert not (work / "metrics.json").exists() and not (work / "student").exists()   # only the caches
+    with pytest.raises(ConfigError, match="step data is not done"):
+        pipeline.run(replace(split, work_dir=str(tmp_path / "empty")))

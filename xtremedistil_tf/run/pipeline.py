@@ -630,9 +630,10 @@ def step_metrics(work: WorkDir, steps=STEPS) -> dict:
 
 def run(cfg: RunConfig) -> dict:
     """Run every step not done yet, holding the work dir's lock (run/lock.py). Under
-    `--distribution=multi_worker` every worker runs every step in lockstep (training is
+    `--distribution=multi_worker` every worker runs every training step in lockstep (training is
     collective), and only the chief writes into --work_dir: each other worker keeps its own copy
-    in <work_dir>.worker-<index> (engine/distribute.py)."""
+    in <work_dir>.worker-<index> (engine/distribute.py), except the teacher-output caches, which
+    each worker writes its part of into the chief's (step_transfer; docs/scale.md)."""
     limit_threads(cfg.intra_op_threads)
     if cfg.transfer_only:
         return run_transfer_only(cfg)
@@ -645,13 +646,14 @@ def run(cfg: RunConfig) -> dict:
         return _run_steps(work, cfg, distribution, part)
 
 
-def run_transfer_only(cfg: RunConfig) -> dict:
+def run_transfer_only(cfg: RunConfig, part: Optional[tuple] = None) -> dict:
     """Write the teacher-output caches of a work dir whose data and teacher steps are done, and
     nothing else. With TF_CONFIG, this process is one of the cluster's workers (the same command
     on each, `worker_of_cluster`): all write into --work_dir, which they share, each its part;
     every one returns when both caches are complete. The work dir's lock is held shared (no
-    full run starts meanwhile), and a lock per worker index keeps one worker from running twice."""
-    part = worker_of_cluster()
+    full run starts meanwhile), and a lock per worker index keeps one worker from running twice.
+    `part`: (index, count) instead of TF_CONFIG's."""
+    part = worker_of_cluster() if part is None else part
     distribution = make_distribution(cfg.distribution)
     work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
     work.must_be_done = {"data", "teacher"}

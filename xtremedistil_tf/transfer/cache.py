@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Optional
@@ -68,7 +69,11 @@ class Part(NamedTuple):
         return shard % self.count == self.index
 
 
-_DEFAULT_PART = [Part()]   # what write_sharded writes when not told (worker_part sets it)
+class _DefaultPart(threading.local):
+    part = Part()   # what write_sharded writes when not told: worker_part sets it, for its thread only
+
+
+_DEFAULT = _DefaultPart()
 
 
 def _check_part(part) -> Part:
@@ -80,14 +85,14 @@ def _check_part(part) -> Part:
 
 @contextlib.contextmanager
 def worker_part(index: int, count: int) -> Iterator[Part]:
-    """Inside, every ``write_sharded`` call (so every writer of transfer/, which take no worker
-    arguments) writes only worker ``index`` of ``count``'s shards, then waits for the others."""
+    """Inside, every ``write_sharded`` call of this thread (so every writer of transfer/, which take
+    no worker arguments) writes only worker ``index`` of ``count``'s shards, then waits for the others."""
     part = _check_part((index, count))
-    previous, _DEFAULT_PART[0] = _DEFAULT_PART[0], part
+    previous, _DEFAULT.part = _DEFAULT.part, part
     try:
         yield part
     finally:
-        _DEFAULT_PART[0] = previous
+        _DEFAULT.part = previous
 
 
 def shard_name(index: int, num_shards: int) -> str:
@@ -422,7 +427,7 @@ def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: 
     out_dir = Path(out_dir)
     spec = {"num_examples": num_examples, "shard_size": shard_size, "dtypes": dtypes}
     identity = _normalize_json(_identity(fingerprint, spec))
-    part = _check_part(_DEFAULT_PART[0] if part is None else part)
+    part = _check_part(_DEFAULT.part if part is None else part)
     manifest = _prepare_dir(out_dir, identity, overwrite, part)
     if manifest is not None:
         return manifest

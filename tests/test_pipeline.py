@@ -383,7 +383,7 @@ def test_transfer_only_workers_write_the_caches_of_a_full_run(finished_run, tmp_
         except Exception as e:
             errors.append(e)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in (0, 1)]
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in (0, 1)]
     for t in threads:
         t.start()
     for t in threads:

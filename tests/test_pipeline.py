@@ -341,6 +341,21 @@ def test_student_flags_left_unset_keep_the_method_configs_defaults(tmp_path, tin
     assert "losses" in refused["error"]
 
 
+def test_transfer_only_and_intra_op_threads_flags(tmp_path, tiny_bert_dir):
+    """--transfer_only and --intra_op_threads reach the RunConfig; --transfer_only refuses
+    --distribution=multi_worker (it reads TF_CONFIG itself), a negative thread count is refused."""
+    base = [f"--data_dir={tmp_path}", "--train_file=train.txt", "--dev_fraction=0.5", f"--teacher={tiny_bert_dir}",
+            "--teacher_random_init", f"--work_dir={tmp_path / 'w'}", "--teacher_layer=1"]
+    (tmp_path / "train.txt").write_text("John B-PER\nlives O\n\n", encoding="utf-8")
+    cases = [[], ["--transfer_only", "--intra_op_threads=1"], ["--transfer_only", "--distribution=multi_worker"],
+             ["--intra_op_threads=-1"]]
+    default, chosen, multi_worker, negative = train_configs([base + c for c in cases],
+                                                            "[cfg.transfer_only, cfg.intra_op_threads]")
+    assert (default, chosen) == ([False, 0], [True, 1])
+    assert "--transfer_only reads TF_CONFIG itself" in multi_worker["error"]
+    assert "--intra_op_threads=-1; expected at least 0" in negative["error"]
+
+
 def test_report_probes_teacher_beside_student(finished_run, tmp_path):
     """report.md's probe table (issue 29 item 5): each probe in the served split, tagged by the teacher and the
     student, with the capitalised words the train split holds; the defaults are the run's languages' probes."""

@@ -27,6 +27,7 @@ from xtremedistil_tf.teachers import finetune
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, evaluate_teacher
 from xtremedistil_tf.teachers.saved import load_teacher
 from xtremedistil_tf.transfer.cache import read_sharded
+import threading
 
 
 def write_conll(path, sentences):
@@ -326,6 +327,21 @@ def test_student_flags_left_unset_keep_the_method_configs_defaults(tmp_path, tin
     assert "losses" in refused["error"]
 
 
+def test_transfer_only_and_intra_op_threads_flags(tmp_path, tiny_bert_dir):
+    """--transfer_only and --intra_op_threads reach the RunConfig; --transfer_only refuses
+    --distribution=multi_worker (it reads TF_CONFIG itself), a negative thread count is refused."""
+    base = [f"--data_dir={tmp_path}", "--train_file=train.txt", "--dev_fraction=0.5", f"--teacher={tiny_bert_dir}",
+            "--teacher_random_init", f"--work_dir={tmp_path / 'w'}", "--teacher_layer=1"]
+    (tmp_path / "train.txt").write_text("John B-PER\nlives O\n\n", encoding="utf-8")
+    cases = [[], ["--transfer_only", "--intra_op_threads=1"], ["--transfer_only", "--distribution=multi_worker"],
+             ["--intra_op_threads=-1"]]
+    default, chosen, multi_worker, negative = train_configs([base + c for c in cases],
+                                                            "[cfg.transfer_only, cfg.intra_op_threads]")
+    assert (default, chosen) == ([False, 0], [True, 1])
+    assert "--transfer_only reads TF_CONFIG itself" in multi_worker["error"]
+    assert "--intra_op_threads=-1; expected at least 0" in negative["error"]
+
+
 def test_report_probes_teacher_beside_student(finished_run, tmp_path):
     """report.md's probe table (issue 29 item 5): each probe in the served split, tagged by the teacher and the
     student, with the capitalised words the train split holds; the defaults are the run's languages' probes."""
@@ -341,3 +357,42 @@ def test_report_probes_teacher_beside_student(finished_run, tmp_path):
     report = write_report(cfg.work_dir, probes_file=str(probes)).read_text(encoding="utf-8")
     assert "## Probe sentences" in report and rows[0][1] in report
     assert probe_texts(Path(cfg.work_dir)) == [("en", text) for text in DEFAULT_PROBES["en"]]
+
+
+def test_transfer_only_workers_write_the_caches_of_a_full_run(finished_run, tmp_path):
+    """--transfer_only on a work dir whose teacher is done: two workers (threads here, each its part as
+    TF_CONFIG would give it) write the caches a full run writes, and mark the step done as it does, so
+    the next full run goes on to the student. Without a done teacher it is refused."""
+    cfg, _ = finished_run
+    work = tmp_path / "work"
+    skip = {"transfer", "transfer_dev", "student", ".lock", "metrics.json"}
+    shutil.copytree(cfg.work_dir, work, ignore=lambda d, names: [n for n in names if Path(d) == Path(cfg.work_dir)
+                                                                 and n in skip])
+    split = replace(cfg, work_dir=str(work), transfer_only=True)
+    results, errors = {}, []
+
+    def worker(index):
+        try:
+            results[index] = pipeline.run_transfer_only(split, part=(index, 2))
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors and results[0] == results[1] and results[0]["transfer"]["windows"] > 0
+    full = pipeline.WorkDir(cfg.work_dir)
+    assert json.loads((work / "transfer" / "step.json").read_text())["hash"] == full.stored("transfer")["hash"]
+    for name in ("transfer", "transfer_dev"):
+        got = list(read_sharded(work / name).as_numpy_iterator())
+        want = list(read_sharded(full.path(name)).as_numpy_iterator())
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g["input_ids"], w["input_ids"])
+            np.testing.assert_allclose(g["logits"], w["logits"], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(g["hidden"], w["hidden"], rtol=2 ** -10, atol=1e-6)
+    assert not (work / "metrics.json").exists() and not (work / "student").exists()   # only the caches
+    with pytest.raises(ConfigError, match="step data is not done"):
+        pipeline.run(replace(split, work_dir=str(tmp_path / "empty")))

@@ -42,10 +42,13 @@ def atomic_dir(directory) -> Iterator[Path]:
         os.replace(tmp, final)
 
 
-def atomic_write_text(path, text: str) -> None:
+def atomic_write_text(path, text: str, own_tmp: bool = False) -> None:
+    """`own_tmp`: the temporary file is named for this process (`<name>.<pid>-<random>.tmp`), so
+    processes that may write the same file at once (workers sharing a cache dir) never write
+    into one temporary file; the last rename wins."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp" if own_tmp else path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
@@ -97,11 +100,11 @@ def finite_json(obj):
     return obj
 
 
-def atomic_write_json(path, obj) -> None:
+def atomic_write_json(path, obj, own_tmp: bool = False) -> None:
     """Write `obj` as JSON; a NaN or infinite float is written as null (`finite_json`), never as
-    the bare NaN/Infinity that is not JSON."""
+    the bare NaN/Infinity that is not JSON. `own_tmp`: as for atomic_write_text."""
     atomic_write_text(path, json.dumps(finite_json(obj), indent=2, sort_keys=True, ensure_ascii=False,
-                                       allow_nan=False) + "\n")
+                                       allow_nan=False) + "\n", own_tmp)
 
 
 def dir_size(path, skip: Sequence[str] = ()) -> int:

@@ -117,6 +117,9 @@ flag_group("Teacher outputs")
 flags.DEFINE_integer("shard_size", _TRANSFER.shard_size, "Windows per teacher-output shard.")
 flags.DEFINE_integer("transfer_batch_size", _TRANSFER.batch_size, "Batch size when computing teacher outputs.")
 flags.DEFINE_enum("hidden_dtype", _TRANSFER.hidden_dtype, ["float16", "float32"], "Stored dtype of teacher hidden states.")
+flags.DEFINE_bool("transfer_only", False, "Only write the teacher-output caches, into a --work_dir whose teacher is "
+                  "done (--nostudent with the same flags); with TF_CONFIG, this process's part of them as one of the "
+                  "cluster's workers (the same command on each, --work_dir on storage they share). docs/scale.md.")
 
 flag_group("Student")
 flags.DEFINE_bool("student", True, "Cache the teacher outputs and distil a student; --nostudent stops after "
@@ -175,6 +178,8 @@ flags.DEFINE_bool("use_unlabeled", MultiGrainedConfig.use_unlabeled,
 
 flag_group("Run")
 define_execution_flags("teacher fine-tuning, teacher outputs and the student")
+flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow threads per op, and ops run at once (0: one per core); 1 keeps "
+                     "a process to about one core, e.g. several --transfer_only workers on one machine.")
 flags.DEFINE_integer("seed", DEFAULT_SEED, "Seed for splits, initialisation, shuffling and each epoch's order (exact resume).")
 flags.DEFINE_bool("overwrite", False, "Replace artifacts in --work_dir made by another configuration.")
 
@@ -185,7 +190,7 @@ LEAST_VALUES = {**dict.fromkeys(("teacher_batch_size", "shard_size", "transfer_b
                                  "student_embedding_dim", "student_hidden", "student_depth", "student_heads",
                                  "student_ffn", "epochs_per_layer", "student_batch_size", "student_epochs"), 1),
                 **dict.fromkeys(("teacher_epochs", "teacher_layer", "max_steps_per_epoch", "patience",
-                                 "student_patience"), 0),
+                                 "student_patience", "intra_op_threads"), 0),
                 "max_seq_length": 3}   # [CLS], one piece, [SEP]
 
 
@@ -217,6 +222,9 @@ def check_flags() -> dict:
         if FLAGS.student and FLAGS.student_architecture != "bilstm":
             raise ConfigError("sentence classification has a BiLSTM student only; drop --student_architecture="
                               f"{FLAGS.student_architecture}")
+    if FLAGS.transfer_only and FLAGS.distribution == "multi_worker":
+        raise ConfigError("--transfer_only reads TF_CONFIG itself and runs no collective op: drop "
+                          "--distribution=multi_worker (docs/scale.md)")
     if FLAGS.distribution == "multi_worker":
         check_tf_config()
     if FLAGS.student and FLAGS.method == "multigrained":
@@ -274,7 +282,8 @@ def config_from_flags():
     student = student_from_flags() if FLAGS.student else None
     return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer, student=student,
                      overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress,
-                     mixed_precision=FLAGS.mixed_precision, distribution=FLAGS.distribution)
+                     mixed_precision=FLAGS.mixed_precision, distribution=FLAGS.distribution,
+                     intra_op_threads=FLAGS.intra_op_threads, transfer_only=FLAGS.transfer_only)
 
 
 def student_from_flags():
@@ -298,6 +307,11 @@ def train() -> None:
     except OSError as e:  # a read-only or misplaced work dir, found before any step runs
         raise ConfigError(f"--work_dir={cfg.work_dir} cannot be written: {one_line(e)}") from None
     metrics = pipeline.run(cfg)
+    if cfg.transfer_only:
+        t = metrics["transfer"]
+        print(f"teacher outputs            {t['windows']:,} windows, {t['bytes'] / 2**20:.1f} MiB  "
+              f"{Path(cfg.work_dir) / 'transfer'}", file=sys.stdout, flush=True)
+        return
 
     report = write_report(cfg.work_dir)
     print(pipeline.summary_table(cfg.work_dir, metrics), file=sys.stdout, flush=True)

@@ -6,7 +6,9 @@
   devices when there is no GPU (tests split one CPU into two logical devices).
 - `multi_worker`: `tf.distribute.MultiWorkerMirroredStrategy`; the cluster and this process's
   task come from the `TF_CONFIG` environment variable, as in TensorFlow's multi-worker guide.
-  Only the chief (worker 0) writes artifacts; the others write into scratch dirs.
+  Only the chief (worker 0) writes artifacts; the others write into scratch dirs. Teacher
+  outputs are the exception: each worker runs the teacher on its own part of the transfer set,
+  without the strategy, into the chief's cache dirs (`worker_of_cluster`, run/pipeline.py).
 
 Batch sizes are global (TensorFlow's convention): each of R replicas gets batch/R examples of a
 step, so a run's steps per epoch and its learning-rate schedule do not depend on R. Losses of the
@@ -58,6 +60,43 @@ def check_tf_config() -> dict:
         raise ConfigError(f"TF_CONFIG={raw!r} is not a cluster with a worker list and this task's type and "
                           "index (docs/scale.md)") from None
     return config
+
+
+def worker_of_cluster() -> tuple[int, int]:
+    """(this process's index, the number of workers) of the cluster in TF_CONFIG, read by
+    TensorFlow's own `TFConfigClusterResolver`: the chief (if the cluster has one) is 0, then the
+    workers in their order; (0, 1) without TF_CONFIG. No strategy and no server are made: the
+    teacher-output workers share nothing but the cache dir (transfer/cache.py:worker_part)."""
+    if not os.environ.get("TF_CONFIG"):
+        return 0, 1
+    check_tf_config()
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    cluster = resolver.cluster_spec().as_dict()
+    tasks = [("chief", i) for i in range(len(cluster.get("chief", [])))] + \
+            [("worker", i) for i in range(len(cluster.get("worker", [])))]
+    task = (resolver.task_type, resolver.task_id)
+    if task not in tasks:
+        raise ConfigError(f"TF_CONFIG's task {task[0]} {task[1]} is not in its cluster's chief and worker "
+                          f"lists ({len(tasks)} tasks)")
+    return tasks.index(task), len(tasks)
+
+
+def limit_threads(intra_op_threads: int) -> None:
+    """At most `intra_op_threads` threads per TensorFlow op, and as many ops at once (inter-op
+    threads), so that a process uses about that many cores (0: TensorFlow's defaults, one thread
+    per core for each); several worker processes on one machine then keep to their cores. Must run
+    before TensorFlow starts its runtime (before any op or strategy)."""
+    if intra_op_threads < 0:
+        raise ConfigError(f"--intra_op_threads={intra_op_threads}; expected 0 (one per core) or more")
+    threading = tf.config.threading
+    if intra_op_threads and (threading.get_intra_op_parallelism_threads(),
+                             threading.get_inter_op_parallelism_threads()) != (intra_op_threads,) * 2:
+        try:
+            threading.set_intra_op_parallelism_threads(intra_op_threads)
+            threading.set_inter_op_parallelism_threads(intra_op_threads)
+        except RuntimeError:   # the runtime is up already (a second run in one process)
+            raise ConfigError("--intra_op_threads must be set before TensorFlow starts; it cannot change "
+                              "in a process that has run TensorFlow already") from None
 
 
 def scope_of(distribution: Optional[tf.distribute.Strategy]) -> ContextManager:

@@ -18,14 +18,17 @@ LOCK_FILE = ".lock"
 
 
 @contextlib.contextmanager
-def work_dir_lock(work_dir) -> Iterator[Path]:
-    """Hold the lock of `work_dir` (created if need be); ConfigError at once if another process holds it."""
-    path = Path(work_dir) / LOCK_FILE
+def work_dir_lock(work_dir, shared: bool = False, name: str = LOCK_FILE) -> Iterator[Path]:
+    """Hold the lock of `work_dir` (created if need be); ConfigError at once if another process holds it.
+    `shared`: a lock that other shared holders may hold too, but no exclusive one (the teacher-output
+    workers of --transfer_only share the work dir; a full run waits for none of them). `name`: another
+    lock file (one per worker, so that a worker's command does not run twice at once)."""
+    path = Path(work_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as e:
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise

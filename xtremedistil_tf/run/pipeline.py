@@ -32,7 +32,8 @@ from xtremedistil_tf.data.classification import class_labels_of, encode_texts
 from xtremedistil_tf.data.inputs import input_files
 from xtremedistil_tf.data.loading import SPLITS, DataConfig, _path, labels_of, load_splits, read_jsonl, write_jsonl
 from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores
-from xtremedistil_tf.engine.distribute import make_distribution, scope_of, worker_work_dir
+from xtremedistil_tf.engine.distribute import (is_chief, limit_threads, make_distribution, scope_of,
+                                               worker_of_cluster, worker_work_dir)
 from xtremedistil_tf.engine.precision import precision_policy
 from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages, stateful_dropout
 from xtremedistil_tf.errors import ConfigError, DataFormatError, Interrupted
@@ -69,6 +70,7 @@ from xtremedistil_tf.teachers.pretrained import (
     resolve_teacher_path,
 )
 from xtremedistil_tf.teachers.saved import load_teacher
+from xtremedistil_tf.transfer.cache import worker_part
 from xtremedistil_tf.transfer.classification import write_sequence_outputs
 from xtremedistil_tf.transfer.multigrained import write_multigrained_outputs
 from xtremedistil_tf.transfer.outputs import write_teacher_outputs
@@ -105,7 +107,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     transfer: TransferConfig = field(default_factory=TransferConfig)
-    student: Optional[StudentConfig] = field(default_factory=DistilConfig)   # None: stop after transfer
+    student: Optional[StudentConfig] = field(default_factory=DistilConfig)   # None: stop after the teacher
     overwrite: bool = False
     progress: bool = True
     # float32 | mixed_float16 | mixed_bfloat16 (engine/precision.py); an execution setting, not
@@ -113,6 +115,11 @@ class RunConfig:
     mixed_precision: str = "float32"
     # none | mirrored | multi_worker (engine/distribute.py); an execution setting too.
     distribution: str = "none"
+    # Threads per TensorFlow op, and ops at once (0: one per core; engine/distribute.limit_threads).
+    intra_op_threads: int = 0
+    # Only the teacher-output caches, this process's part of them when TF_CONFIG names a cluster
+    # (data and teacher must be done in work_dir; docs/scale.md).
+    transfer_only: bool = False
 
 
 # ----------------------------------------------------------------------------- steps
@@ -372,19 +379,28 @@ def _cache_info(sentences, examples: int, manifest: dict, start: float) -> dict:
             "bytes": manifest["total_bytes"], "bytes_per_1000": 1000 * manifest["total_bytes"] / max(1, examples)}
 
 
-def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=None):
+def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=None, part=(0, 1)):
     """Teacher outputs over the transfer set (train first, then unlabeled text) and over dev.
 
-    The caches resume shard by shard themselves, so they are written in place, not renamed."""
+    The caches resume shard by shard themselves, so they are written in place, not renamed.
+    `part` (index, count) of several workers sharing work.path("transfer") and "transfer_dev":
+    this process runs the teacher, on its own devices and without `distribution`, over its
+    shards of each cache (transfer/cache.py:worker_part) and waits for the others' (the chief's
+    MultiWorkerMirroredStrategy is not needed for that); worker 0 then marks the step done, and
+    the others wait for that, as their student step reads its info."""
     fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cfg.transfer)}
     if _first_pieces_only(cfg):  # a cache written before caches held the mark is not reused
         fingerprint["teacher_mask"] = True
     if work.is_done("transfer", fingerprint):
         return fingerprint
 
+    if part[1] > 1:
+        distribution = None
+        log.info("teacher outputs: worker %d of %d writes its shards of %s and %s", *part, work.path("transfer"),
+                 work.path("transfer_dev"))
     splits = load_data(work)
     train = splits["train"]
-    with precision_policy(cfg.mixed_precision):
+    with precision_policy(cfg.mixed_precision), worker_part(*part):
         with scope_of(distribution):
             teacher, tokenizer = load_teacher(work.path("teacher") / "model")
         teacher.check_layer(cfg.teacher.layer)
@@ -392,10 +408,23 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
                                             tokenizer, distribution)
         info["dev"] = _write_cache(work, cfg, "transfer_dev", splits["dev"], fingerprint, teacher, tokenizer,
                                    distribution)[0]
+    if part[0] > 0:
+        _wait_for_step(work, "transfer", fingerprint)
+        return fingerprint
     # Windows follow sentence order, so the labeled ones come first.
     info["train_windows"] = int((sentence_index < len(train)).sum())
     work.mark_done("transfer", fingerprint, info)
     return fingerprint
+
+
+def _wait_for_step(work: WorkDir, name: str, fingerprint: dict) -> None:
+    """Wait until step `name` is done with `fingerprint` (marked by another worker)."""
+    start = time.monotonic()
+    while work.stored(name).get("hash") != fingerprint_hash(fingerprint):
+        if time.monotonic() - start > 60:
+            log.info("waiting for worker 0 to mark step %s done in %s", name, work.path(name))
+            start = time.monotonic()
+        time.sleep(0.5)
 
 
 def student_fingerprint(sc: StudentConfig) -> dict:
@@ -589,16 +618,42 @@ def step_metrics(work: WorkDir, steps=STEPS) -> dict:
 
 def run(cfg: RunConfig) -> dict:
     """Run every step not done yet, holding the work dir's lock (run/lock.py). Under
-    `--distribution=multi_worker` every worker runs every step in lockstep (training is
+    `--distribution=multi_worker` every worker runs every training step in lockstep (training is
     collective), and only the chief writes into --work_dir: each other worker keeps its own copy
-    in <work_dir>.worker-<index> (engine/distribute.py)."""
+    in <work_dir>.worker-<index> (engine/distribute.py), except the teacher-output caches, which
+    each worker writes its part of into the chief's (step_transfer; docs/scale.md)."""
+    limit_threads(cfg.intra_op_threads)
+    if cfg.transfer_only:
+        return run_transfer_only(cfg)
     distribution = make_distribution(cfg.distribution)
-    work = WorkDir(worker_work_dir(cfg.work_dir, distribution), overwrite=cfg.overwrite)
+    # The teacher-output caches are the chief's, on storage every worker shares: each writes its part.
+    shared = {} if is_chief(distribution) else {name: Path(cfg.work_dir) / name for name in ("transfer", "transfer_dev")}
+    work = WorkDir(worker_work_dir(cfg.work_dir, distribution), overwrite=cfg.overwrite, elsewhere=shared)
+    part = worker_of_cluster() if cfg.distribution == "multi_worker" else (0, 1)
     with work_dir_lock(work.root):
-        return _run_steps(work, cfg, distribution)
+        return _run_steps(work, cfg, distribution, part)
 
 
-def _run_steps(work: WorkDir, cfg: RunConfig, distribution) -> dict:
+def run_transfer_only(cfg: RunConfig, part: Optional[tuple] = None) -> dict:
+    """Write the teacher-output caches of a work dir whose data and teacher steps are done, and
+    nothing else. With TF_CONFIG, this process is one of the cluster's workers (the same command
+    on each, `worker_of_cluster`): all write into --work_dir, which they share, each its part;
+    every one returns when both caches are complete. The work dir's lock is held shared (no
+    full run starts meanwhile), and a lock per worker index keeps one worker from running twice.
+    `part`: (index, count) instead of TF_CONFIG's."""
+    part = worker_of_cluster() if part is None else part
+    distribution = make_distribution(cfg.distribution)
+    work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
+    work.must_be_done = {"data", "teacher"}
+    with work_dir_lock(work.root, shared=True), work_dir_lock(work.root, name=f".lock-transfer-{part[0]}"):
+        _run_steps(work, cfg, distribution, part, transfer_only=True)
+    log.info("teacher outputs: worker %d of %d done; both caches are complete", *part)
+    return {"transfer": work.step_info("transfer")}
+
+
+def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfer_only: bool = False):
+    """Every step not done yet, then metrics.json and config.json (`transfer_only`: the steps up to
+    the teacher-output caches, and nothing else is written)."""
     current: List[str] = []   # this run's steps that are on disk, built or found done
 
     def step(name, function, *args, **kwargs):
@@ -610,10 +665,12 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution) -> dict:
     try:
         fingerprint = step("data", step_data, work, cfg)
         fingerprint = step("teacher", step_teacher, work, cfg, fingerprint, distribution)
+        if transfer_only:
+            return step("transfer", step_transfer, work, cfg, fingerprint, distribution, part)
         # Teacher outputs are only for distilling: a teacher-only run (--nostudent) leaves them to the
         # first run that distils (bin/train or bin/ablate on the same work dir).
         if cfg.student is not None:
-            fingerprint = step("transfer", step_transfer, work, cfg, fingerprint, distribution)
+            fingerprint = step("transfer", step_transfer, work, cfg, fingerprint, distribution, part)
             step("student", step_student, work, cfg, fingerprint, distribution=distribution)
     except BaseException as e:
         # A step replaced before the failure leaves metrics.json describing what is on disk: the

@@ -195,14 +195,18 @@ def _differences(old: dict, new: dict, prefix: str = "") -> list:
 
 
 class WorkDir:
-    def __init__(self, root, overwrite: bool = False):
+    def __init__(self, root, overwrite: bool = False, elsewhere: Optional[Dict[str, Path]] = None):
         self.root = Path(root)
         self.overwrite = overwrite
         self.replaced: list = []   # steps whose earlier artifact this run replaced (--overwrite)
+        # Steps kept outside root ({name: dir}): a multi-worker run's other workers read and write the
+        # chief's teacher-output caches.
+        self.elsewhere = {name: Path(path) for name, path in (elsewhere or {}).items()}
+        self.must_be_done: set = set()   # steps run_step may not build (--transfer_only: data, teacher)
         self.root.mkdir(parents=True, exist_ok=True)
 
     def path(self, name: str) -> Path:
-        return self.root / name
+        return self.elsewhere.get(name, self.root / name)
 
     def stored(self, name: str) -> dict:
         """Step `name`'s step.json ({} when the step has not finished)."""
@@ -255,6 +259,9 @@ class WorkDir:
         if self.is_done(name, fingerprint, stamps):
             log.info("step %s: done already (%s), skipped", name, self.path(name))
             return self.path(name)
+        if name in self.must_be_done:
+            raise ConfigError(f"step {name} is not done in {self.root} with these settings; run it first (e.g. "
+                              "bin/train --nostudent with the same flags fine-tunes the teacher)")
         log.info("step %s: running", name)
         existed = self.path(name).exists()
         try:

@@ -15,6 +15,10 @@ Layout of ``out_dir`` (see docs/cache.md):
   shapes of the run in progress, so a rerun can tell whether the shards are its own.
 * ``manifest.json``: written last, atomically; its presence means the cache is complete.
 
+Several workers can write one cache together (``worker_part``, or ``part=`` of
+``write_sharded``): worker w of W writes the shards s with s % W == w into the shared directory,
+and whichever finds every shard there writes the manifest (see ``write_sharded``).
+
 Why raw bytes + shapes in the manifest rather than ``tf.io.serialize_tensor``: reading
 back is ``tf.io.decode_raw`` (a memcpy) plus a reshape to a shape known when the graph
 is built, so every tensor gets a static shape for free; ``parse_tensor`` would decode a
@@ -24,11 +28,15 @@ here: reading the records dominates, so the simpler per-example parse is used.)
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import re
+import threading
+import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -47,6 +55,44 @@ _STORABLE = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
              "float16", "float32", "float64"}
 
 ComputeBatch = Callable[[int, int], Mapping[str, np.ndarray]]
+log = logging.getLogger(__name__)
+POLL_SECONDS = 0.5      # how often a worker looks again while it waits for the others
+WAIT_LOG_SECONDS = 60   # how often it says what it waits for
+
+
+class Part(NamedTuple):
+    """The share of a cache one of several workers writes: the shards s with s % count == index."""
+    index: int = 0
+    count: int = 1
+
+    def owns(self, shard: int) -> bool:
+        return shard % self.count == self.index
+
+
+class _DefaultPart(threading.local):
+    part = Part()   # what write_sharded writes when not told: worker_part sets it, for its thread only
+
+
+_DEFAULT = _DefaultPart()
+
+
+def _check_part(part) -> Part:
+    index, count = (int(v) for v in part)
+    if count < 1 or not 0 <= index < count:
+        raise ConfigError(f"worker {index} of {count}: expected 0 <= index < count")
+    return Part(index, count)
+
+
+@contextlib.contextmanager
+def worker_part(index: int, count: int) -> Iterator[Part]:
+    """Inside, every ``write_sharded`` call of this thread (so every writer of transfer/, which take
+    no worker arguments) writes only worker ``index`` of ``count``'s shards, then waits for the others."""
+    part = _check_part((index, count))
+    previous, _DEFAULT.part = _DEFAULT.part, part
+    try:
+        yield part
+    finally:
+        _DEFAULT.part = previous
 
 
 def shard_name(index: int, num_shards: int) -> str:
@@ -89,14 +135,59 @@ def _check_same_run(out_dir: Path, stored: dict, requested: dict, source: str) -
         "Use another directory, or pass overwrite=True (--overwrite for bin/train) to delete that cache's files.")
 
 
+def _final_name(name: str) -> str:
+    """The name a temporary file gets when committed: ``<final>.tmp`` (a shard) or
+    ``<final>.<pid>-<hex>.tmp`` (the JSON files, each writer's own: atomic_write_json's own_tmp)."""
+    if not name.endswith(".tmp"):
+        return name
+    name = name[:-4]
+    return name if _SHARD_RE.match(name) or name in (MANIFEST, STATE) else name.rsplit(".", 1)[0]
+
+
 def _cache_files(out_dir: Path) -> list[Path]:
     """Files this module owns in ``out_dir`` (shards, tmp files, state, manifest)."""
     owned = []
     for p in out_dir.iterdir():
-        name = p.name[:-4] if p.name.endswith(".tmp") else p.name
+        name = _final_name(p.name)
         if _SHARD_RE.match(name) or name in (MANIFEST, STATE):
             owned.append(p)
     return owned
+
+
+def _read_if_exists(path: Path) -> Optional[dict]:
+    """The JSON at ``path``, or None if there is none (another worker may remove it at any time)."""
+    try:
+        return read_json(path)
+    except FileNotFoundError:
+        return None
+
+
+def _stored_identity(out_dir: Path) -> Optional[dict]:
+    """The identity of the cache in ``out_dir`` (its manifest's, else its state file's); None if neither."""
+    manifest = _read_if_exists(out_dir / MANIFEST)
+    if manifest is not None:
+        return _identity(manifest.get("fingerprint", {}), manifest.get("spec", {}))
+    state = _read_if_exists(out_dir / STATE)
+    return None if state is None else state["identity"]
+
+
+def _has_shards(out_dir: Path) -> bool:
+    """Whether a shard file (committed or temporary) is in ``out_dir``."""
+    return any(_SHARD_RE.match(_final_name(p.name)) for p in out_dir.iterdir())
+
+
+def _waiter(message: Callable[[], str]) -> Callable[[], None]:
+    """A sleep of POLL_SECONDS that logs ``message()`` every WAIT_LOG_SECONDS of waiting."""
+    start = last = time.monotonic()
+
+    def wait() -> None:
+        nonlocal last
+        if time.monotonic() - last >= WAIT_LOG_SECONDS:
+            last = time.monotonic()
+            log.info("%s (waiting %.0f s)", message(), last - start)
+        time.sleep(POLL_SECONDS)
+
+    return wait
 
 
 def _clear(out_dir: Path) -> None:
@@ -105,35 +196,84 @@ def _clear(out_dir: Path) -> None:
         p.unlink()
 
 
-def _prepare_dir(out_dir: Path, identity: dict, overwrite: bool) -> Optional[dict]:
+def _prepare_dir(out_dir: Path, identity: dict, overwrite: bool, part: Part = Part()) -> Optional[dict]:
     """Make ``out_dir`` ready for this run; return its manifest if already complete.
 
-    Raises ConfigError if the files there belong to another fingerprint or spec.
+    Raises ConfigError if the files there belong to another fingerprint or spec. Of several
+    workers, only worker 0 deletes another run's files (``overwrite``) or reopens a damaged cache;
+    the others wait for it (``_join``), so no worker deletes what another is writing. Each removes
+    the stale temporary files of its own shards only.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    if overwrite:
-        _clear(out_dir)
+    if part.index > 0:
+        manifest = _join(out_dir, identity, overwrite, part)
+    else:
+        if overwrite and (part.count == 1 or _stored_identity(out_dir) != identity):
+            _clear(out_dir)
+        manifest = _open(out_dir, identity)
     for path in _cache_files(out_dir):
         # A .tmp is a shard or JSON a killed writer never committed: never valid data.
-        if path.name.endswith(".tmp"):
-            path.unlink()
-    manifest_path, state_path = out_dir / MANIFEST, out_dir / STATE
-    if manifest_path.exists():
-        manifest = read_json(manifest_path)
+        shard = _SHARD_RE.match(_final_name(path.name))
+        if path.name.endswith(".tmp") and (part.count == 1 or (shard and part.owns(int(shard.group(1))))):
+            path.unlink(missing_ok=True)
+    return manifest
+
+
+def _unknown_shards(out_dir: Path, identity: dict) -> ConfigError:
+    return ConfigError(
+        f"{out_dir} holds shard files but no {STATE} or {MANIFEST}, so their fingerprint is "
+        f"unknown (requested fingerprint: {json.dumps(identity['fingerprint'])[:300]}). "
+        "Use another directory, or pass overwrite=True to delete them.")
+
+
+def _open(out_dir: Path, identity: dict) -> Optional[dict]:
+    """_prepare_dir's checks and repairs (one process, or worker 0 of several)."""
+    manifest = _read_if_exists(out_dir / MANIFEST)
+    if manifest is not None:
         _check_same_run(out_dir, _identity(manifest.get("fingerprint", {}), manifest.get("spec", {})),
                         identity, MANIFEST)
         if not _damaged_shards(out_dir, manifest):
             return manifest
         _reopen(out_dir, manifest, identity)
         return None
-    if state_path.exists():
-        _check_same_run(out_dir, read_json(state_path)["identity"], identity, STATE)
+    state = _read_if_exists(out_dir / STATE)
+    if state is not None:
+        _check_same_run(out_dir, state["identity"], identity, STATE)
     elif any(_SHARD_RE.match(p.name) for p in out_dir.iterdir()):
-        raise ConfigError(
-            f"{out_dir} holds shard files but no {STATE} or {MANIFEST}, so their fingerprint is "
-            f"unknown (requested fingerprint: {json.dumps(identity['fingerprint'])[:300]}). "
-            "Use another directory, or pass overwrite=True to delete them.")
+        if (out_dir / MANIFEST).exists():   # the other workers completed the cache just now
+            return _open(out_dir, identity)
+        raise _unknown_shards(out_dir, identity)
     return None
+
+
+def _join(out_dir: Path, identity: dict, overwrite: bool, part: Part) -> Optional[dict]:
+    """_prepare_dir of a worker other than 0: wait until ``out_dir`` holds this run's cache (complete:
+    its manifest; partial: its state file; nothing at all: start it), leaving deletions and repairs
+    to worker 0. Another run's cache raises ConfigError as for one process, unless ``overwrite``
+    (worker 0 then clears it)."""
+    wait = _waiter(lambda: f"worker {part.index} of {part.count}: {out_dir} holds another run's cache or a "
+                           "damaged one; waiting for worker 0 to clear or repair it")
+    while True:
+        manifest = _read_if_exists(out_dir / MANIFEST)
+        state = _read_if_exists(out_dir / STATE) if manifest is None else None
+        if manifest is not None:
+            stored, source = _identity(manifest.get("fingerprint", {}), manifest.get("spec", {})), MANIFEST
+            if stored == identity and not _damaged_shards(out_dir, manifest):
+                return manifest
+        elif state is not None:
+            stored, source = state["identity"], STATE
+            if stored == identity:
+                return None
+        elif not _has_shards(out_dir):
+            atomic_write_json(out_dir / STATE, {"identity": identity, "features": None}, own_tmp=True)
+            return None
+        elif overwrite or (out_dir / MANIFEST).exists():
+            stored = None
+        else:
+            raise _unknown_shards(out_dir, identity)
+        if stored not in (None, identity) and not overwrite:
+            _check_same_run(out_dir, stored, identity, source)
+        wait()
 
 
 def _damaged_shards(out_dir: Path, manifest: dict) -> list[Path]:
@@ -145,10 +285,10 @@ def _damaged_shards(out_dir: Path, manifest: dict) -> list[Path]:
 def _reopen(out_dir: Path, manifest: dict, identity: dict) -> None:
     """Turn a complete cache with damaged shards back into a partial run of the same
     fingerprint, so the writer recomputes just those shards."""
-    atomic_write_json(out_dir / STATE, {"identity": identity, "features": manifest["features"]})
-    (out_dir / MANIFEST).unlink()
-    for path in _damaged_shards(out_dir, manifest):
+    for path in _damaged_shards(out_dir, manifest):   # first: a worker waiting for the state never sees them
         path.unlink(missing_ok=True)
+    atomic_write_json(out_dir / STATE, {"identity": identity, "features": manifest["features"]}, own_tmp=True)
+    (out_dir / MANIFEST).unlink()
 
 
 def _feature_spec(batch: Mapping[str, np.ndarray], rows: int, dtypes: Mapping[str, str]) -> dict:
@@ -233,8 +373,13 @@ def _write_shard(out_dir: Path, index: int, num_shards: int, start: int, end: in
                 writer.write(_serialize(stored, row))
             bar.update(b_end - b_start)
     fsync_file(tmp)
-    if read_json(out_dir / STATE).get("features") is None:
-        atomic_write_json(out_dir / STATE, state)
+    on_disk = read_json(out_dir / STATE).get("features")
+    if on_disk is None:
+        atomic_write_json(out_dir / STATE, state, own_tmp=True)
+    elif on_disk != _normalize_json(state["features"]):   # another worker's shards hold other arrays
+        raise ConfigError(f"{final.name}: its examples hold {json.dumps(state['features'])[:300]} but the shards "
+                          f"already in {out_dir} hold {json.dumps(on_disk)[:300]}; the workers must compute the "
+                          "same arrays (same teacher, data and settings)")
     os.replace(tmp, final)
     fsync_dir(out_dir)
 
@@ -247,7 +392,7 @@ def _shard_bounds(num_examples: int, shard_size: int) -> list[tuple[int, int]]:
 def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: ComputeBatch, *,
                   shard_size: int = 1000, batch_size: int = 32, fingerprint: dict,
                   dtypes: Optional[dict[str, str]] = None, progress: bool = True,
-                  overwrite: bool = False) -> dict:
+                  overwrite: bool = False, part: Optional[tuple[int, int]] = None) -> dict:
     """Compute and cache ``num_examples`` examples as TFRecord shards; return the manifest.
 
     ``compute_batch(start, end)`` returns {key: array} with leading dim ``end - start`` and
@@ -260,7 +405,15 @@ def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: 
     A directory holding another fingerprint's cache raises ConfigError unless
     ``overwrite=True``, which deletes this module's files there (and only those).
     ``num_examples == 0`` raises ConfigError: an empty transfer set is an upstream bug.
-    Not safe for two writers on one directory at once.
+
+    ``part=(index, count)`` (default: the enclosing ``worker_part``, else (0, 1)): this process is
+    worker ``index`` of ``count`` writing one cache into a directory they share. It computes the
+    shards s with s % count == index that are not there yet, then waits until every shard is; the
+    first worker to see them all writes the manifest (any of them may finish last, and one waiting
+    for a killed worker writes it once that worker's rerun is done), and every worker returns it.
+    A worker's rerun after a kill recomputes only its own missing shards. The shards do not depend on
+    ``count``: one process and several write the same bytes. Not safe for two processes with the
+    same ``index`` (or one without ``part`` and a worker) on one directory at once.
     """
     if num_examples <= 0:
         raise ConfigError(f"nothing to cache in {out_dir}: num_examples={num_examples} "
@@ -274,29 +427,56 @@ def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: 
     out_dir = Path(out_dir)
     spec = {"num_examples": num_examples, "shard_size": shard_size, "dtypes": dtypes}
     identity = _normalize_json(_identity(fingerprint, spec))
-    manifest = _prepare_dir(out_dir, identity, overwrite)
+    part = _check_part(_DEFAULT.part if part is None else part)
+    manifest = _prepare_dir(out_dir, identity, overwrite, part)
     if manifest is not None:
         return manifest
 
-    state_path = out_dir / STATE
-    state = read_json(state_path) if state_path.exists() else {"identity": identity, "features": None}
-    if not state_path.exists():
-        atomic_write_json(state_path, state)
+    state = _read_if_exists(out_dir / STATE)
+    if state is None:
+        state = {"identity": identity, "features": None}
+        if not (out_dir / MANIFEST).exists():   # (else the other workers completed the cache just now)
+            atomic_write_json(out_dir / STATE, state, own_tmp=True)
 
     bounds = _shard_bounds(num_examples, shard_size)
-    missing = [i for i in range(len(bounds)) if not (out_dir / shard_name(i, len(bounds))).exists()]
-    done = num_examples - sum(bounds[i][1] - bounds[i][0] for i in missing)
-    with tqdm(total=num_examples, initial=done, unit="ex", desc=f"caching to {out_dir.name}",
+    mine = [i for i in range(len(bounds)) if part.owns(i)]
+    missing = [i for i in mine if not (out_dir / shard_name(i, len(bounds))).exists()]
+    total = sum(bounds[i][1] - bounds[i][0] for i in mine)
+    done = total - sum(bounds[i][1] - bounds[i][0] for i in missing)
+    worker = f" (worker {part.index} of {part.count})" if part.count > 1 else ""
+    with tqdm(total=total, initial=done, unit="ex", desc=f"caching to {out_dir.name}{worker}",
               disable=not progress) as bar:
         for i in missing:
             _write_shard(out_dir, i, len(bounds), *bounds[i], compute_batch, batch_size,
                          dtypes, state, bar)
-    return _write_manifest(out_dir, identity, state["features"], bounds)
+    if part.count == 1:
+        return _write_manifest(out_dir, identity, state["features"], bounds)
+    return _complete(out_dir, identity, state, bounds, part)
+
+
+def _complete(out_dir: Path, identity: dict, state: dict, bounds: list[tuple[int, int]], part: Part) -> dict:
+    """Wait until every shard is in ``out_dir``; return the manifest, written by this worker if
+    no other has yet (two writing it at once write the same file)."""
+    absent: list[int] = []
+    wait = _waiter(lambda: f"worker {part.index} of {part.count}: {len(absent)} shards of {out_dir} are not "
+                           f"written yet (those of workers {sorted({i % part.count for i in absent})}); a worker "
+                           "that was killed resumes when its command is run again")
+    while True:
+        manifest = _read_if_exists(out_dir / MANIFEST)
+        if manifest is not None:
+            return manifest
+        absent = [i for i in range(len(bounds)) if not (out_dir / shard_name(i, len(bounds))).exists()]
+        # Features: this worker's own, else those its peers recorded (a worker may write no shard).
+        features = state["features"] or (_read_if_exists(out_dir / STATE) or {}).get("features")
+        if not absent and features is not None:
+            return _write_manifest(out_dir, identity, features, bounds)
+        wait()
 
 
 def _write_manifest(out_dir: Path, identity: dict, features: dict,
                     bounds: list[tuple[int, int]]) -> dict:
-    """Describe the complete cache; written last so its presence means 'complete'."""
+    """Describe the complete cache; written last so its presence means 'complete'. Workers that
+    write it at once write the same content, each through its own temporary file."""
     shards = []
     for i, (start, end) in enumerate(bounds):
         name = shard_name(i, len(bounds))
@@ -312,7 +492,7 @@ def _write_manifest(out_dir: Path, identity: dict, features: dict,
         "num_shards": len(bounds), "features": features, "shards": shards,
         "total_bytes": sum(s["bytes"] for s in shards),
     }
-    atomic_write_json(out_dir / MANIFEST, manifest)
+    atomic_write_json(out_dir / MANIFEST, manifest, own_tmp=True)
     (out_dir / STATE).unlink(missing_ok=True)
     return manifest
 

@@ -197,14 +197,35 @@ def quantize_onnx(source: Path, target: Path) -> None:
     quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
 
 
-def convert_onnx(module: NerServing, path: Path, quantize: str) -> None:
+# The most |probs| an ONNX graph built from the weights (onnx_bilstm) may differ from the Keras graph's on the probe
+# windows: float32 rounding (ONNX Runtime's and TensorFlow's kernels sum in different orders).
+PROBE_TOLERANCE = 1e-4
+
+
+def convert_onnx(module: NerServing, path: Path, quantize: str) -> str:
     """model.onnx at `path`: the portable graph with dynamic B and T; with dynamic_int8 quantized
-    (`quantize_onnx`)."""
+    (`quantize_onnx`). Softmax BiLSTM students get the graph built from their weights
+    (export.onnx_bilstm: one bidirectional LSTM op, ~20 ops) once it matches the Keras graph on probe
+    windows; other students, or one that does not match, the tf2onnx conversion. Returns which
+    (export.json "onnx_graph"): "bilstm" or "tf2onnx (<why>)"."""
+    from xtremedistil_tf.export import onnx_bilstm
+
     target = path if quantize == "none" else path.with_suffix(".float32.onnx")
-    onnx_from_function(_ids_function(module, None), target)
+    model, why = onnx_bilstm.bilstm_graph(module, ONNX_OPSET)
+    if model is not None:
+        difference = onnx_bilstm.max_difference(module, model)
+        if difference <= PROBE_TOLERANCE:
+            import onnx
+
+            onnx.save(model, str(target))
+        else:
+            model, why = None, f"the graph built from the weights differs from Keras by {difference:.2g}"
+    if model is None:
+        onnx_from_function(_ids_function(module, None), target)
     if quantize == "dynamic_int8":
         quantize_onnx(target, path)
         target.unlink()
+    return "bilstm" if model is not None else f"tf2onnx ({why})"
 
 
 # --- TFLite -----------------------------------------------------------------------------------
@@ -283,7 +304,7 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
             **(module.word_decoder.export_meta() if module.word_decoder is not None else {"decode": module.decode})}
     with atomic_dir(target) as tmp:
         if fmt == "onnx":
-            convert_onnx(module, tmp / MODEL_FILES[fmt], quantize)
+            meta["onnx_graph"] = convert_onnx(module, tmp / MODEL_FILES[fmt], quantize)
         else:
             convert_tflite(module, tmp / MODEL_FILES[fmt], quantize, fixed)
         write_tokenizer(module.vocab, config.lower_case, tmp / "tokenizer.json")

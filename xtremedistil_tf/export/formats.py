@@ -10,8 +10,10 @@ served vocabulary in Hugging Face `tokenizers` format), export.json (tags, span 
 lengths, CRF transitions) and predict.py (export/portable.py), which gives the SavedModel's
 entities with only numpy, tokenizers and the runtime.
 
-- ONNX keeps T dynamic. The BiLSTM's fused kernel (BlockLSTMV2, no tf2onnx handler) becomes ONNX's
-  LSTM op (`_block_lstm_to_onnx`), and GELU's Erfc (none either) 1 - Erf.
+- ONNX keeps T dynamic. Softmax BiLSTM students' graph is built from their weights (export.onnx_bilstm:
+  one bidirectional LSTM op), checked against the Keras graph on probe windows (`convert_onnx`).
+  Other students go through tf2onnx: the BiLSTM's fused kernel (BlockLSTMV2, no tf2onnx handler)
+  becomes ONNX's LSTM op per direction (`_block_lstm_to_onnx`), and GELU's Erfc (none either) 1 - Erf.
 - TFLite has no builtin for BlockLSTMV2 (only a Flex op), so the BiLSTM is unrolled
   (BlockBiLSTM(unroll=True)) at fixed window lengths, one signature `ids_<L>` per length
   (--xla_lengths; default the student's max_seq_length). A batch is padded to the shortest length

@@ -21,10 +21,10 @@ pytest.importorskip("tf2onnx", reason="tf2onnx is not installed (requirements.tx
 
 
 def _padded_batches(vocab_size, seed=0):
-    """Right-padded batches of random pieces: mixed lengths (1 to 20), all full, and one row."""
+    """Right-padded batches of random pieces: mixed lengths (0 to 20), all full, and one row."""
     rng = np.random.default_rng(seed)
     batches = []
-    for lengths in ([20, 1, 2, 9, 15, 20, 3, 11], [12] * 4, [7]):
+    for lengths in ([20, 1, 2, 9, 0, 15, 20, 3, 11], [12] * 4, [7]):
         width = max(lengths)
         mask = (np.arange(width)[None, :] < np.array(lengths)[:, None]).astype(np.int32)
         batches.append(((rng.integers(4, vocab_size, mask.shape) * mask).astype(np.int32), mask))

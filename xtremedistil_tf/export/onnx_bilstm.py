@@ -120,7 +120,7 @@ def bilstm_graph(module, opset: int) -> Tuple[Optional["onnx.ModelProto"], str]:
         node("LSTM", ["embedded", "lstm_W", "lstm_R", "lstm_B", "lengths"], ["lstm_Y"], hidden_size=hidden,
              direction="bidirectional"),  # [T, 2, B, H]
         node("Transpose", ["lstm_Y"], ["lstm_batch_major"], perm=[2, 0, 1, 3]),  # [B, T, 2, H]
-        node("Reshape", ["lstm_batch_major", "shape_BT_"], ["states"]),  # [B, T, 2H]: forward then backward
+        node("Reshape", ["lstm_batch_major", "shape_BT2H"], ["states"]),  # [B, T, 2H]: forward then backward
     ]
     x = "states"
     for k, dense in enumerate(denses):
@@ -146,7 +146,7 @@ def bilstm_graph(module, opset: int) -> Tuple[Optional["onnx.ModelProto"], str]:
         node("Where", ["real", "argmax_int", "pad_tag"], ["tag_ids"]),
         node("Where", ["real", "max_prob", "zero_float"], ["tag_probs"]),
     ]
-    constants = {"axis_1": np.array([1], np.int64), "shape_BT_": np.array([0, 0, -1], np.int64),
+    constants = {"axis_1": np.array([1], np.int64), "shape_BT2H": np.array([0, 0, 2 * hidden], np.int64),
                  "sqrt2": np.array(np.sqrt(2.0), np.float32), "one": np.array(1.0, np.float32),
                  "half": np.array(0.5, np.float32), "zero_int": np.array(0, np.int32),
                  "pad_tag": np.array(module._pad_tag, np.int32), "zero_float": np.array(0.0, np.float32)}

@@ -10,8 +10,10 @@ served vocabulary in Hugging Face `tokenizers` format), export.json (tags, span 
 lengths, CRF transitions) and predict.py (export/portable.py), which gives the SavedModel's
 entities with only numpy, tokenizers and the runtime.
 
-- ONNX keeps T dynamic. The BiLSTM's fused kernel (BlockLSTMV2, no tf2onnx handler) becomes ONNX's
-  LSTM op (`_block_lstm_to_onnx`), and GELU's Erfc (none either) 1 - Erf.
+- ONNX keeps T dynamic. Softmax BiLSTM students' graph is built from their weights (export.onnx_bilstm:
+  one bidirectional LSTM op), checked against the Keras graph on probe windows (`convert_onnx`).
+  Other students go through tf2onnx: the BiLSTM's fused kernel (BlockLSTMV2, no tf2onnx handler)
+  becomes ONNX's LSTM op per direction (`_block_lstm_to_onnx`), and GELU's Erfc (none either) 1 - Erf.
 - TFLite has no builtin for BlockLSTMV2 (only a Flex op), so the BiLSTM is unrolled
   (BlockBiLSTM(unroll=True)) at fixed window lengths, one signature `ids_<L>` per length
   (--xla_lengths; default the student's max_seq_length). A batch is padded to the shortest length
@@ -197,14 +199,35 @@ def quantize_onnx(source: Path, target: Path) -> None:
     quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
 
 
-def convert_onnx(module: NerServing, path: Path, quantize: str) -> None:
+# The most |probs| an ONNX graph built from the weights (onnx_bilstm) may differ from the Keras graph's on the probe
+# windows: float32 rounding (ONNX Runtime's and TensorFlow's kernels sum in different orders).
+PROBE_TOLERANCE = 1e-4
+
+
+def convert_onnx(module: NerServing, path: Path, quantize: str) -> str:
     """model.onnx at `path`: the portable graph with dynamic B and T; with dynamic_int8 quantized
-    (`quantize_onnx`)."""
+    (`quantize_onnx`). Softmax BiLSTM students get the graph built from their weights
+    (export.onnx_bilstm: one bidirectional LSTM op, ~20 ops) once it matches the Keras graph on probe
+    windows; other students, or one that does not match, the tf2onnx conversion. Returns which
+    (export.json "onnx_graph"): "bilstm" or "tf2onnx (<why>)"."""
+    from xtremedistil_tf.export import onnx_bilstm
+
     target = path if quantize == "none" else path.with_suffix(".float32.onnx")
-    onnx_from_function(_ids_function(module, None), target)
+    model, why = onnx_bilstm.bilstm_graph(module, ONNX_OPSET)
+    if model is not None:
+        difference = onnx_bilstm.max_difference(module, model)
+        if difference <= PROBE_TOLERANCE:
+            import onnx
+
+            onnx.save(model, str(target))
+        else:
+            model, why = None, f"the graph built from the weights differs from Keras by {difference:.2g}"
+    if model is None:
+        onnx_from_function(_ids_function(module, None), target)
     if quantize == "dynamic_int8":
         quantize_onnx(target, path)
         target.unlink()
+    return "bilstm" if model is not None else f"tf2onnx ({why})"
 
 
 # --- TFLite -----------------------------------------------------------------------------------
@@ -283,7 +306,7 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
             **(module.word_decoder.export_meta() if module.word_decoder is not None else {"decode": module.decode})}
     with atomic_dir(target) as tmp:
         if fmt == "onnx":
-            convert_onnx(module, tmp / MODEL_FILES[fmt], quantize)
+            meta["onnx_graph"] = convert_onnx(module, tmp / MODEL_FILES[fmt], quantize)
         else:
             convert_tflite(module, tmp / MODEL_FILES[fmt], quantize, fixed)
         write_tokenizer(module.vocab, config.lower_case, tmp / "tokenizer.json")

@@ -6,13 +6,14 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import TOY_LABELS, sticky_crf_student
+from xtremedistil_tf.export.student import StudentMeta, write_student_dir
+
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.export import onnx_bilstm
 from xtremedistil_tf.export.formats import ONNX_OPSET, _ids_function, export_portable, onnx_from_function
 from xtremedistil_tf.export.serving import NerServing
-from xtremedistil_tf.export.student import StudentMeta, write_student_dir
+from xtremedistil_tf.students.layers import BlockBiLSTM, SequenceMask
 from xtremedistil_tf.students.models import build_bilstm_student
 
 onnx = pytest.importorskip("onnx", reason="onnx is not installed (requirements.txt pins it)")
@@ -112,8 +113,6 @@ def test_other_students_keep_the_tf2onnx_conversion(tiny_tokenizer, tiny_tokeniz
 
 def test_served_chain_refuses_layers_it_has_no_form_for():
     """served_chain names what it cannot build (here a ReLU Dense) instead of building a wrong graph."""
-    from xtremedistil_tf.students.layers import BlockBiLSTM, SequenceMask
-
     ids = tf.keras.Input((None,), dtype=tf.int32, name="input_ids")
     mask = tf.keras.Input((None,), dtype=tf.int32, name="attention_mask")
     x = tf.keras.layers.Embedding(20, 4, name="word_embedding")(ids)

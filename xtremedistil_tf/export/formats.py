@@ -38,6 +38,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export import bfloat16
 from xtremedistil_tf.export.serving import NerServing, export_student, tag_tables
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
+from xtremedistil_tf.export import onnx_bilstm
 
 FORMATS = ("saved_model", "onnx", "tflite")
 QUANTIZATIONS = ("none", "dynamic_int8", "float16", "bfloat16")
@@ -210,8 +211,6 @@ def convert_onnx(module: NerServing, path: Path, quantize: str) -> str:
     (export.onnx_bilstm: one bidirectional LSTM op, ~20 ops) once it matches the Keras graph on probe
     windows; other students, or one that does not match, the tf2onnx conversion. Returns which
     (export.json "onnx_graph"): "bilstm" or "tf2onnx (<why>)"."""
-    from xtremedistil_tf.export import onnx_bilstm
-
     target = path if quantize == "none" else path.with_suffix(".float32.onnx")
     model, why = onnx_bilstm.bilstm_graph(module, ONNX_OPSET)
     if model is not None:

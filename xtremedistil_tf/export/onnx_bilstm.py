@@ -26,6 +26,8 @@ from typing import List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf.students.layers import BlockBiLSTM, SequenceMask
+
 # Keras gates i, f, c, o -> ONNX i, o, f, c (blocks of H columns)
 GATE_ORDER = (0, 3, 1, 2)
 DENSE_ACTIVATIONS = ("linear", "gelu")
@@ -44,8 +46,6 @@ def served_chain(model: tf.keras.Model) -> Tuple[Optional[list], str]:
     """([Embedding, BlockBiLSTM, Dense..., softmax Activation], "") when the served Keras `model`
     is that chain (dropouts aside, the BiLSTM's mask a SequenceMask of attention_mask), else
     (None, why not)."""
-    from xtremedistil_tf.students.layers import BlockBiLSTM, SequenceMask
-
     if list(model.output_names) != ["probs"]:
         return None, f"outputs {list(model.output_names)}, not softmax probs"
     chain, layer = [], model.get_layer("probs")

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import TOY_LABELS, sticky_crf_student
-from xtremedistil_tf.export.student import StudentMeta, write_student_dir
 
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.export import onnx_bilstm
 from xtremedistil_tf.export.formats import ONNX_OPSET, _ids_function, export_portable, onnx_from_function
 from xtremedistil_tf.export.serving import NerServing
+from xtremedistil_tf.students.artifact import StudentMeta, write_student_dir
 from xtremedistil_tf.students.layers import BlockBiLSTM, SequenceMask
 from xtremedistil_tf.students.models import build_bilstm_student
 

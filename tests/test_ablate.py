@@ -203,7 +203,7 @@ def test_table4_of_a_representation_stage_has_no_f1():
 def test_d0_trains_one_student_per_language_on_its_own_windows(ablation, tiny_tokenizer):
     cfg, _, _ = ablation
     from xtremedistil_tf.data.alignment import TagVocab, encode
-    from xtremedistil_tf.transfer.cache import read_sharded
+    from xtremedistil_tf.transfer.cache import read_arrays
 
     work = WorkDir(cfg.work_dir)
     splits = pipeline.load_data(work)
@@ -213,10 +213,10 @@ def test_d0_trains_one_student_per_language_on_its_own_windows(ablation, tiny_to
         max_seq_length = 16
 
     langs = ablate.cached_window_languages(work, splits, tiny_tokenizer, Teacher)
-    cache = list(read_sharded(work.path("transfer")).take(len(langs["train"])).as_numpy_iterator())
+    cache = read_arrays(work.path("transfer"), length=16, keys=["input_ids"])["input_ids"][:len(langs["train"])]
     for lang in LANGS:
         own = encode([s for s in splits["train"] if s.lang == lang], tiny_tokenizer, Teacher.tag_vocab, 16)
-        picked = np.stack([w["input_ids"] for w, l in zip(cache, langs["train"]) if l == lang])
+        picked = np.stack([w for w, l in zip(cache, langs["train"]) if l == lang])
         np.testing.assert_array_equal(picked, own.input_ids)
         assert os.path.exists(os.path.join(cfg.work_dir, "ablate", "D0", f"student-{lang}", "student.json"))
     d0 = info(cfg, "ablate/D0")

@@ -11,7 +11,7 @@ from xtremedistil_tf.benchmarks import memory
 from xtremedistil_tf.data.alignment import TagVocab, encode
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.transfer.cache import read_sharded, subset
+from xtremedistil_tf.transfer.cache import read_arrays, subset
 from xtremedistil_tf.methods.staged import DistilConfig
 from xtremedistil_tf.methods.student_run import staged_sources
 
@@ -110,7 +110,7 @@ def test_staged_sources_reads_only_the_kept_windows_of_the_transfer_cache(tmp_pa
     train_for, transfer_for, _ = staged_sources(cfg, tmp_path / "transfer", tmp_path / "dev", 10,
                                                 transfer_keep=keep)
     rows = np.concatenate([batch["input_ids"].numpy() for batch in transfer_for(0)])
-    cached = np.stack([e["input_ids"] for e in read_sharded(tmp_path / "transfer").as_numpy_iterator()])
+    cached = read_arrays(tmp_path / "transfer", length=rows.shape[1])["input_ids"]
     assert sorted(map(bytes, rows)) == sorted(map(bytes, cached[keep]))
     # The labeled source is the first 10 windows, whatever the transfer source keeps.
     labeled = np.concatenate([batch["input_ids"].numpy() for batch in train_for(0)])

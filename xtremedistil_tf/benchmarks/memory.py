@@ -148,7 +148,7 @@ def train_multigrained_steps(transfer_dir, steps: int, shuffle_buffer: int = 0) 
     tf.keras.utils.set_random_seed(config.seed)
     transfer = read_sharded(transfer_dir)
     keys = mg._needed_keys(config.losses, list(transfer.element_spec))
-    train = mg._stream(transfer, keys, config, shuffle=True).take(steps)
+    train = mg._stream(transfer, keys, config, shuffle=True, pad_id=PAD_ID).take(steps)
     student = build_bilstm_crf_student(VOCAB, TAGS, None, embedding_dim=EMBEDDING, hidden=UNITS)
     # The engine's step (what Keras' fit traces), compiled once for every batch shape.
     train_step = tf.function(mg.MultiGrainedStep(student, config, PAD_ID).train_step,

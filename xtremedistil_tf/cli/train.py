@@ -21,7 +21,8 @@ from xtremedistil_tf.engine.resume import DEFAULT_SEED
 from xtremedistil_tf.losses.uncertainty import LOSS_WEIGHTINGS
 from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.sequence import TOKEN_LOSSES
-from xtremedistil_tf.run.pipeline import RANDOM_ALIAS, RunConfig, TeacherConfig, TransferConfig, resolve_teacher_path
+from xtremedistil_tf.run.pipeline import (RANDOM_ALIAS, RunConfig, TeacherConfig, TransferConfig, check_cache,
+                                          reads_hidden, resolve_teacher_path)
 from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, HEADS_ON, StudentArch
 from xtremedistil_tf.teachers.finetune import CRF_RECIPE, HEAD_INITS, SUPERVISIONS, FinetuneConfig, recipe_for
 from xtremedistil_tf.methods.multigrained import LOSSES, MultiGrainedConfig
@@ -105,7 +106,13 @@ flags.DEFINE_integer("teacher_layer", _TEACHER.layer, "hidden_states[l] of the t
 flag_group("Teacher outputs")
 flags.DEFINE_integer("shard_size", _TRANSFER.shard_size, "Windows per teacher-output shard.")
 flags.DEFINE_integer("transfer_batch_size", _TRANSFER.batch_size, "Batch size when computing teacher outputs.")
-flags.DEFINE_enum("hidden_dtype", _TRANSFER.hidden_dtype, ["float16", "float32"], "Stored dtype of teacher hidden states.")
+flags.DEFINE_enum("cache_hidden_dtype", _TRANSFER.hidden_dtype, ["float16", "float32", "int8"],
+                  "Stored dtype of teacher hidden states: int8 keeps one float32 scale per position (docs/cache.md).")
+flags.DEFINE_alias("hidden_dtype", "cache_hidden_dtype")
+flags.DEFINE_integer("cache_logits_topk", _TRANSFER.logits_topk,
+                     "Cache only the K largest teacher logits per position, their indices and the log-sum-exp of "
+                     "the rest (0: every logit). Refused with a loss that needs every logit (the logit MSE of D1-D4.2; "
+                     "docs/cache.md).", lower_bound=0)
 
 flag_group("Student")
 flags.DEFINE_bool("student", True, "Cache the teacher outputs and distil a student; --nostudent stops after "
@@ -266,9 +273,11 @@ def config_from_flags():
                             dropout=FLAGS.teacher_dropout, embedding_dropout=FLAGS.teacher_embedding_dropout,
                             layer=FLAGS.teacher_layer, finetune=finetune)
     check_teacher(teacher)
-    transfer = TransferConfig(shard_size=FLAGS.shard_size, batch_size=FLAGS.transfer_batch_size,
-                              hidden_dtype=FLAGS.hidden_dtype, kbest=FLAGS.kbest if multigrained else 0)
     student = student_from_flags() if FLAGS.student else None
+    # Hidden states are cached only for a student whose losses read them (a teacher-only run caches nothing).
+    transfer = TransferConfig(shard_size=FLAGS.shard_size, batch_size=FLAGS.transfer_batch_size,
+                              hidden_dtype=FLAGS.cache_hidden_dtype, kbest=FLAGS.kbest if multigrained else 0,
+                              logits_topk=FLAGS.cache_logits_topk, hidden=student is None or reads_hidden(student))
     return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer, student=student,
                      overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress,
                      mixed_precision=FLAGS.mixed_precision, distribution=FLAGS.distribution)
@@ -292,6 +301,7 @@ def train() -> None:
     from xtremedistil_tf.run import pipeline
 
     cfg = config_from_flags()
+    check_cache(cfg.student, cfg.transfer)   # bin/ablate checks each of its --strategies instead
     try:
         log_to_work_dir(cfg.work_dir)
     except OSError as e:  # a read-only or misplaced work dir, found before any step runs

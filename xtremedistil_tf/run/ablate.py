@@ -167,6 +167,11 @@ def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Opti
     if cfg.student.method != "xtremedistil":
         raise ConfigError(f"--strategies are XtremeDistil's; --method={cfg.student.method} compares --variants "
                           "(ablate_multigrained.run_variants)")
+    # One cache serves every strategy: hidden states when any reads them, top-k logits only when all allow it.
+    students = [replace(cfg.student, strategy=name) for name in strategies]
+    cfg = replace(cfg, transfer=replace(cfg.transfer, hidden=any(map(pipeline.reads_hidden, students))))
+    for student in students:
+        pipeline.check_cache(student, cfg.transfer)
 
     def check_data(work: WorkDir) -> None:
         unlabeled = len(pipeline.load_data(work)["transfer"])
@@ -276,7 +281,7 @@ def _distil_language(work: WorkDir, sc, teacher, tokenizer, dev_sentences, windo
     """One D0 student: labeled windows of `lang` from the transfer cache, selected on its dev windows."""
     import tensorflow as tf
 
-    from xtremedistil_tf.transfer.cache import read_sharded, subset
+    from xtremedistil_tf.transfer.cache import padding_values, read_sharded, subset
     from xtremedistil_tf.methods.staged import batched, make_dev_f1, train_student
     from xtremedistil_tf.methods.student_run import build_student, distil_config, served_windows
 
@@ -284,8 +289,10 @@ def _distil_language(work: WorkDir, sc, teacher, tokenizer, dev_sentences, windo
     student = build_student(sc, teacher, scheme)
     keep = window_langs["train"] == lang
     train = subset(read_sharded(work.path("transfer")), keep)
-    train_ds = batched(train, sc.batch_size, shuffle_buffer=int(keep.sum()), seed=sc.seed)
-    dev_ds = batched(subset(read_sharded(work.path("transfer_dev")), window_langs["dev"] == lang), sc.batch_size)
+    train_ds = batched(train, sc.batch_size, shuffle_buffer=int(keep.sum()), seed=sc.seed,
+                       padding=padding_values(work.path("transfer")))
+    dev_ds = batched(subset(read_sharded(work.path("transfer_dev")), window_langs["dev"] == lang), sc.batch_size,
+                     padding=padding_values(work.path("transfer_dev")))
     dev = [s for s in dev_sentences if s.lang == lang]
     evaluate_fn = make_dev_f1(served_windows(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
                                              sc.arch.architecture != "transformer"),

@@ -40,7 +40,7 @@ from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages, statefu
 from xtremedistil_tf.methods.multigrained import LOSSES, TOKEN_LEVEL
 from xtremedistil_tf.methods.staged import DistilConfig
 from xtremedistil_tf.methods.student_run import StudentConfig
-from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir, naming_step, read_streams, with_inputs
+from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir, fingerprint_hash, naming_step, read_streams, with_inputs
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,10 @@ class TeacherConfig:
 class TransferConfig:
     shard_size: int = 1000
     batch_size: int = 64
-    hidden_dtype: str = "float16"
+    hidden_dtype: str = "float16"    # float16 | float32 | int8 (one scale per position)
     kbest: int = 0                   # > 0: also cache the CRF teacher's k-best paths (multi-grained KD)
+    logits_topk: int = 0             # > 0: cache the top K logits per position (docs/cache.md: which losses allow it)
+    hidden: bool = True              # cache the hidden states (bin/train: only when the student's losses read them)
 
 
 @dataclass
@@ -347,11 +349,11 @@ def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprin
 
     start = time.time()
     common = dict(shard_size=cfg.transfer.shard_size, batch_size=cfg.transfer.batch_size,
-                  hidden_dtype=cfg.transfer.hidden_dtype, progress=cfg.progress, overwrite=cfg.overwrite)
+                  hidden_dtype=cfg.transfer.hidden_dtype, logits_topk=cfg.transfer.logits_topk,
+                  hidden=cfg.transfer.hidden, progress=cfg.progress, overwrite=cfg.overwrite)
     if cfg.data.task == CLASSIFICATION:
         # One example per text: example i is sentence i.
         windows = encode_texts(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-        common["dtypes"] = {"hidden": common.pop("hidden_dtype")}
         manifest = write_sequence_outputs(teacher, windows, work.path(name), cfg.teacher.layer, fingerprint, **common)
         return _cache_info(sentences, len(windows), manifest, start), np.arange(len(windows))
     windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
@@ -373,10 +375,18 @@ def _cache_info(sentences, examples: int, manifest: dict, start: float) -> dict:
 def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=None):
     """Teacher outputs over the transfer set (train first, then unlabeled text) and over dev.
 
-    The caches resume shard by shard themselves, so they are written in place, not renamed."""
-    fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cfg.transfer)}
-    if _first_pieces_only(cfg):  # a cache written before caches held the mark is not reused
-        fingerprint["teacher_mask"] = True
+    The caches resume shard by shard themselves, so they are written in place, not renamed. A cache
+    with hidden states serves a run that reads none (`cfg.transfer.hidden` False): it is reused as it is.
+    A cache of an older format is refused in one line (cache.check_format)."""
+    from xtremedistil_tf.transfer.cache import check_format
+
+    fingerprint = transfer_fingerprint(cfg, upstream)
+    if not cfg.overwrite:
+        check_format(work.path("transfer"))
+    if not cfg.transfer.hidden:
+        with_hidden = transfer_fingerprint(replace(cfg, transfer=replace(cfg.transfer, hidden=True)), upstream)
+        if work.stored("transfer").get("hash") == fingerprint_hash(with_hidden):
+            return with_hidden
     if work.is_done("transfer", fingerprint):
         return fingerprint
     from xtremedistil_tf.teachers.saved import load_teacher
@@ -394,6 +404,54 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
     # Windows follow sentence order, so the labeled ones come first.
     info["train_windows"] = int((sentence_index < len(train)).sum())
     work.mark_done("transfer", fingerprint, info)
+    return fingerprint
+
+
+def loss_names(sc: StudentConfig) -> List[str]:
+    """The losses a student is trained with (a staged strategy's terms, or the multi-grained losses)."""
+    from xtremedistil_tf.methods.strategies import get_strategy
+
+    if sc.method == "multigrained":
+        return list(sc.losses)
+    return [term.loss for stage in get_strategy(sc.strategy).stages for term in stage.terms]
+
+
+def reads_hidden(sc: StudentConfig) -> bool:
+    """Whether any of the student's losses reads the cached hidden states (the representation loss)."""
+    from xtremedistil_tf.losses import registry
+
+    return any("hidden" in registry.get(name).target for name in loss_names(sc))
+
+
+# Losses that need every cached logit: the logit MSE (Eq. 4) regresses onto each of the N values.
+NEEDS_ALL_LOGITS = {"logits": "logit loss (XtremeDistil Eq. 4, the MSE over all N logits)"}
+
+
+def check_cache(sc: Optional[StudentConfig], transfer: TransferConfig) -> None:
+    """How the caches store teacher outputs against what the student's losses read (docs/cache.md),
+    before any work: --cache_logits_topk with a loss that needs every logit, no hidden states for a
+    loss that reads them."""
+    if sc is None:
+        return
+    name = f"strategy {sc.strategy}" if sc.method != "multigrained" else "--method=multigrained"
+    if transfer.logits_topk:
+        exact = next((NEEDS_ALL_LOGITS[n] for n in loss_names(sc) if n in NEEDS_ALL_LOGITS), None)
+        if exact:
+            raise ConfigError(f"--cache_logits_topk={transfer.logits_topk}: {name}'s {exact} needs every logit; "
+                              "use --cache_logits_topk=0, or a strategy without it (D0, D0-S)")
+    if not transfer.hidden and reads_hidden(sc):
+        raise ConfigError(f"{name} reads the teacher's hidden states (representation loss), but the transfer "
+                          "config caches none (hidden=False)")
+
+
+def transfer_fingerprint(cfg: RunConfig, upstream: dict) -> dict:
+    """What makes the teacher-output caches: the teacher (upstream), its layer, how they are stored."""
+    from xtremedistil_tf.transfer.cache import FORMAT_VERSION
+
+    fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cfg.transfer),
+                   "cache_format": FORMAT_VERSION}
+    if _first_pieces_only(cfg):  # a cache written before caches held the mark is not reused
+        fingerprint["teacher_mask"] = True
     return fingerprint
 
 
@@ -617,6 +675,7 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution) -> dict:
         current.append(name)
         return out
 
+    check_cache(cfg.student, cfg.transfer)
     try:
         fingerprint = step("data", step_data, work, cfg)
         fingerprint = step("teacher", step_teacher, work, cfg, fingerprint, distribution)

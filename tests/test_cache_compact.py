@@ -253,3 +253,26 @@ def test_sequence_level_keys_stay_whole(tmp_path):
     np.testing.assert_array_equal(read["input_ids"], arrays["input_ids"])
     assert np.all(np.abs(read["hidden"] - arrays["hidden"]) <= per_row_bound(arrays["hidden"]))
     assert tf.reduce_all(tf.constant(read["label_ids"] == arrays["label_ids"]))
+
+
+def test_the_transfer_step_reuses_a_cache_with_hidden_states_and_refuses_one_without(tmp_path):
+    from dataclasses import replace
+
+    from xtremedistil_tf.run.workdir import WorkDir
+
+    upstream = {"teacher": 1}
+    cfg = pipeline.RunConfig(work_dir=str(tmp_path / "a"))
+    reads_none = replace(cfg, transfer=replace(cfg.transfer, hidden=False))
+    # A cache with hidden states serves a student that reads none, as it is (no teacher is loaded).
+    work = WorkDir(tmp_path / "a")
+    work.mark_done("transfer", pipeline.transfer_fingerprint(cfg, upstream))
+    assert pipeline.step_transfer(work, reads_none, upstream) == pipeline.transfer_fingerprint(cfg, upstream)
+    # One without them is refused for a student that reads them, naming the setting.
+    work = WorkDir(tmp_path / "b")
+    work.mark_done("transfer", pipeline.transfer_fingerprint(reads_none, upstream))
+    with pytest.raises(ConfigError, match=r"transfer was made by another configuration \(transfer.hidden: False"):
+        pipeline.step_transfer(work, cfg, upstream)
+    # An old-format cache in the step dir is refused before anything else.
+    (work.path("transfer") / cache.MANIFEST).write_text(json.dumps({"format": cache.FORMAT, "format_version": 1}))
+    with pytest.raises(ConfigError, match="holds a teacher-output cache of format v1"):
+        pipeline.step_transfer(work, cfg, upstream)

@@ -22,7 +22,7 @@ from xtremedistil_tf.losses.uncertainty import LOSS_WEIGHTINGS
 from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.sequence import TOKEN_LOSSES
 from xtremedistil_tf.run.pipeline import (RANDOM_ALIAS, RunConfig, TeacherConfig, TransferConfig, check_cache,
-                                          reads_hidden, resolve_teacher_path)
+                                          resolve_teacher_path)
 from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, HEADS_ON, StudentArch
 from xtremedistil_tf.teachers.finetune import CRF_RECIPE, HEAD_INITS, SUPERVISIONS, FinetuneConfig, recipe_for
 from xtremedistil_tf.methods.multigrained import LOSSES, MultiGrainedConfig
@@ -274,10 +274,10 @@ def config_from_flags():
                             layer=FLAGS.teacher_layer, finetune=finetune)
     check_teacher(teacher)
     student = student_from_flags() if FLAGS.student else None
-    # Hidden states are cached only for a student whose losses read them (a teacher-only run caches nothing).
+    # Hidden states are cached only for a student whose losses read them (TransferConfig.hidden None).
     transfer = TransferConfig(shard_size=FLAGS.shard_size, batch_size=FLAGS.transfer_batch_size,
                               hidden_dtype=FLAGS.cache_hidden_dtype, kbest=FLAGS.kbest if multigrained else 0,
-                              logits_topk=FLAGS.cache_logits_topk, hidden=student is None or reads_hidden(student))
+                              logits_topk=FLAGS.cache_logits_topk)
     return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer, student=student,
                      overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress,
                      mixed_precision=FLAGS.mixed_precision, distribution=FLAGS.distribution)

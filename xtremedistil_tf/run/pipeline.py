@@ -67,7 +67,7 @@ class TransferConfig:
     hidden_dtype: str = "float16"    # float16 | float32 | int8 (one scale per position)
     kbest: int = 0                   # > 0: also cache the CRF teacher's k-best paths (multi-grained KD)
     logits_topk: int = 0             # > 0: cache the top K logits per position (docs/cache.md: which losses allow it)
-    hidden: bool = True              # cache the hidden states (bin/train: only when the student's losses read them)
+    hidden: Optional[bool] = None    # cache the hidden states; None: when the student's losses read them
 
 
 @dataclass
@@ -380,6 +380,7 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
     A cache of an older format is refused in one line (cache.check_format)."""
     from xtremedistil_tf.transfer.cache import check_format
 
+    cfg = replace(cfg, transfer=cache_config(cfg))
     fingerprint = transfer_fingerprint(cfg, upstream)
     if not cfg.overwrite:
         check_format(work.path("transfer"))
@@ -439,16 +440,24 @@ def check_cache(sc: Optional[StudentConfig], transfer: TransferConfig) -> None:
         if exact:
             raise ConfigError(f"--cache_logits_topk={transfer.logits_topk}: {name}'s {exact} needs every logit; "
                               "use --cache_logits_topk=0, or a strategy without it (D0, D0-S)")
-    if not transfer.hidden and reads_hidden(sc):
+    if transfer.hidden is False and reads_hidden(sc):
         raise ConfigError(f"{name} reads the teacher's hidden states (representation loss), but the transfer "
                           "config caches none (hidden=False)")
+
+
+def cache_config(cfg: RunConfig) -> TransferConfig:
+    """cfg.transfer with `hidden` decided: as set, or (None) whether the student's losses read hidden states
+    (a run without a student caches them: a later student may)."""
+    if cfg.transfer.hidden is not None:
+        return cfg.transfer
+    return replace(cfg.transfer, hidden=cfg.student is None or reads_hidden(cfg.student))
 
 
 def transfer_fingerprint(cfg: RunConfig, upstream: dict) -> dict:
     """What makes the teacher-output caches: the teacher (upstream), its layer, how they are stored."""
     from xtremedistil_tf.transfer.cache import FORMAT_VERSION
 
-    fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cfg.transfer),
+    fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cache_config(cfg)),
                    "cache_format": FORMAT_VERSION}
     if _first_pieces_only(cfg):  # a cache written before caches held the mark is not reused
         fingerprint["teacher_mask"] = True

@@ -167,11 +167,11 @@ def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Opti
     if cfg.student.method != "xtremedistil":
         raise ConfigError(f"--strategies are XtremeDistil's; --method={cfg.student.method} compares --variants "
                           "(ablate_multigrained.run_variants)")
-    # One cache serves every strategy: hidden states when any reads them, top-k logits only when all allow it.
-    students = [replace(cfg.student, strategy=name) for name in strategies]
-    cfg = replace(cfg, transfer=replace(cfg.transfer, hidden=any(map(pipeline.reads_hidden, students))))
-    for student in students:
-        pipeline.check_cache(student, cfg.transfer)
+    # One cache serves every strategy, and a later ablation on this work dir may add strategies that read the
+    # hidden states: they are always cached here. Top-k logits only when every strategy allows them.
+    cfg = replace(cfg, transfer=replace(cfg.transfer, hidden=True))
+    for name in strategies:
+        pipeline.check_cache(replace(cfg.student, strategy=name), cfg.transfer)
 
     def check_data(work: WorkDir) -> None:
         unlabeled = len(pipeline.load_data(work)["transfer"])

@@ -23,7 +23,7 @@ from xtremedistil_tf.run import ablate, pipeline
 from xtremedistil_tf.run.workdir import WorkDir
 from xtremedistil_tf.students import StudentArch
 from xtremedistil_tf.teachers.finetune import FinetuneConfig
-from xtremedistil_tf.transfer.cache import read_sharded
+from xtremedistil_tf.transfer.cache import read_arrays
 
 LANGS = ["en", "de"]
 SIZES = {"train": 60, "dev": 15, "test": 15}
@@ -219,10 +219,10 @@ def test_d0_trains_one_student_per_language_on_its_own_windows(ablation, tiny_to
         max_seq_length = 16
 
     langs = ablate.cached_window_languages(work, splits, tiny_tokenizer, Teacher)
-    cache = list(read_sharded(work.path("transfer")).take(len(langs["train"])).as_numpy_iterator())
+    cache = read_arrays(work.path("transfer"), length=16, keys=["input_ids"])["input_ids"][:len(langs["train"])]
     for lang in LANGS:
         own = encode([s for s in splits["train"] if s.lang == lang], tiny_tokenizer, Teacher.tag_vocab, 16)
-        picked = np.stack([w["input_ids"] for w, l in zip(cache, langs["train"]) if l == lang])
+        picked = np.stack([w for w, l in zip(cache, langs["train"]) if l == lang])
         np.testing.assert_array_equal(picked, own.input_ids)
         assert os.path.exists(os.path.join(cfg.work_dir, "ablate", "D0", f"student-{lang}", "student.json"))
     d0 = info(cfg, "ablate/D0")

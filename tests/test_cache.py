@@ -295,5 +295,5 @@ def test_bad_batches_are_reported(tmp_path):
     with pytest.raises(ConfigError, match="'logits' as float16 overflows"):
         write(tmp_path / "huge", huge, dtypes={"logits": "float16"})
 
-    with pytest.raises(ConfigError, match=r"dtypes names \['hiden'\]"):
+    with pytest.raises(ConfigError, match=r"dtypes, encodings or ragged name \['hiden'\]"):
         write(tmp_path / "typo", dtypes={"hiden": "float16"})

@@ -3,6 +3,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -26,8 +27,7 @@ from xtremedistil_tf.students import StudentArch
 from xtremedistil_tf.teachers import finetune
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, evaluate_teacher
 from xtremedistil_tf.teachers.saved import load_teacher
-from xtremedistil_tf.transfer.cache import read_sharded
-import threading
+from xtremedistil_tf.transfer.cache import read_arrays, read_sharded
 
 
 def write_conll(path, sentences):
@@ -79,14 +79,17 @@ def test_pipeline_writes_every_artifact(finished_run):
     # Transfer set = labeled train + unlabeled sentences, one window each at this length.
     ds = list(read_sharded(os.path.join(work, "transfer")).as_numpy_iterator())
     assert len(ds) == 162
-    assert ds[0]["logits"].shape == (16, 9) and ds[0]["hidden"].shape == (16, 32)
-    # Padding positions carry zeros; the unlabeled sentences carry PAD tags only.
-    assert np.all(ds[0]["logits"][ds[0]["attention_mask"] == 0] == 0)
-    assert np.all(ds[-1]["label_ids"] == 8)
+    # Each window at its real length (no padding stored).
+    length = len(ds[0]["input_ids"])
+    assert ds[0]["attention_mask"].sum() == length < 16
+    assert ds[0]["logits"].shape == (length, 9) and ds[0]["hidden"].shape == (length, 32)
+    # Read back padded: padding positions carry zeros; the unlabeled sentences carry PAD tags only.
+    padded = read_arrays(os.path.join(work, "transfer"), length=16)
+    assert np.all(padded["logits"][padded["attention_mask"] == 0] == 0)
+    assert np.all(padded["label_ids"][-1] == 8)
     # The teacher learned first pieces only (the default supervision): the cache marks exactly the
     # pieces that carry a word label (ids 0-4; X, [CLS], [SEP], [PAD] come after).
-    labeled = np.stack([d["label_ids"] for d in ds[:160]])
-    marked = np.stack([d["teacher_mask"] for d in ds[:160]])
+    labeled, marked = padded["label_ids"][:160], padded["teacher_mask"][:160]
     np.testing.assert_array_equal(marked == 1, labeled < 5)
     assert (labeled == 6).any()  # [CLS] pieces are there, and unmarked
     assert metrics["transfer"]["train_windows"] == 160 and metrics["transfer"]["dev"]["windows"] == 40
@@ -226,7 +229,8 @@ def test_multigrained_method_runs_end_to_end(tmp_path, toy_corpus, tiny_bert_dir
                                      batch_size=16, learning_rate=2e-2, patience=6, losses=("hard", "seq_ce"))
     metrics = pipeline.run(cfg)
     example = next(read_sharded(os.path.join(cfg.work_dir, "transfer")).as_numpy_iterator())
-    assert example["kbest_tags"].shape == (3, 16)
+    assert example["kbest_tags"].shape == (3, example["attention_mask"].sum())
+    assert "hidden" not in example  # no multi-grained loss reads it
     assert "teacher_mask" not in example  # a CRF teacher trains on every piece
     assert example["kbest_probs"].sum() + example["residual"] == pytest.approx(1.0, abs=1e-4)
     assert metrics["teacher"]["scores"]["test"]["all"]["f1"] > 0.8

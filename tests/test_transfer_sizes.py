@@ -14,7 +14,7 @@ from xtremedistil_tf.methods.staged import DistilConfig
 from xtremedistil_tf.methods.student_run import staged_sources
 from xtremedistil_tf.run import ablate, pipeline
 from xtremedistil_tf.run.report import plot_transfer_curve
-from xtremedistil_tf.transfer.cache import read_sharded, subset
+from xtremedistil_tf.transfer.cache import read_arrays, subset
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
@@ -111,7 +111,7 @@ def test_staged_sources_reads_only_the_kept_windows_of_the_transfer_cache(tmp_pa
     train_for, transfer_for, _ = staged_sources(cfg, tmp_path / "transfer", tmp_path / "dev", 10,
                                                 transfer_keep=keep)
     rows = np.concatenate([batch["input_ids"].numpy() for batch in transfer_for(0)])
-    cached = np.stack([e["input_ids"] for e in read_sharded(tmp_path / "transfer").as_numpy_iterator()])
+    cached = read_arrays(tmp_path / "transfer", length=rows.shape[1])["input_ids"]
     assert sorted(map(bytes, rows)) == sorted(map(bytes, cached[keep]))
     # The labeled source is the first 10 windows, whatever the transfer source keeps.
     labeled = np.concatenate([batch["input_ids"].numpy() for batch in train_for(0)])

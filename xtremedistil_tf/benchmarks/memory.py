@@ -4,7 +4,7 @@ Issue 9, item 6: the peak memory of student training must not grow with the tran
 
 The cache: synthetic teacher outputs in the layout `transfer/multigrained.py` writes for
 WikiAnn (T=64 pieces, N=11 piece tags, MiniLM's H=384 hidden states stored as float16, K=5 k-best
-paths), random values, written with `teachers.cache.write_sharded` in 1,000-window shards. The
+paths), random values, written with `transfer.cache.write_sharded` in 1,000-window shards. The
 first 2,000 windows are labeled, the rest carry [PAD] tags (unlabeled transfer sentences), as in
 the pipeline's transfer cache. Full size, nothing reduced: 100k windows are 5.2 GiB on disk (the
 caches are deleted afterwards).
@@ -141,7 +141,7 @@ def train_multigrained_steps(transfer_dir, steps: int, shuffle_buffer: int = 0) 
     tf.keras.utils.set_random_seed(config.seed)
     transfer = read_sharded(transfer_dir)
     keys = mg._needed_keys(config.losses, list(transfer.element_spec))
-    train = mg._stream(transfer, keys, config, shuffle=True).take(steps)
+    train = mg._stream(transfer, keys, config, shuffle=True, pad_id=PAD_ID).take(steps)
     student = build_bilstm_crf_student(VOCAB, TAGS, None, embedding_dim=EMBEDDING, hidden=UNITS)
     # The engine's step (what Keras' fit traces), compiled once for every batch shape.
     train_step = tf.function(mg.MultiGrainedStep(student, config, PAD_ID).train_step,

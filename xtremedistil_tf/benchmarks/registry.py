@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List
 
+from xtremedistil_tf.benchmarks import cache_size as cache_benchmarks
 from xtremedistil_tf.benchmarks import crf as crf_benchmarks
 from xtremedistil_tf.benchmarks import decoders as decoders_benchmarks
 from xtremedistil_tf.benchmarks import formats as formats_benchmarks
@@ -17,6 +18,7 @@ from xtremedistil_tf.benchmarks import served_text as served_text_benchmarks
 from xtremedistil_tf.benchmarks import teacher as teacher_benchmarks
 
 BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
+    "cache": cache_benchmarks.run,
     "crf": crf_benchmarks.run,
     "decoders": decoders_benchmarks.run,
     "formats": formats_benchmarks.run,

@@ -1,5 +1,7 @@
 """bin/benchmark: timing benchmarks, one subcommand each.
 
+    bin/benchmark cache --work_dir=runs/wikiann --max_seq_length=128 --teacher_layer=4 [--cache_windows=1000]
+                        (disk bytes per 1,000 windows of the teacher-output cache in each layout)
     bin/benchmark crf [--repeats=50]
     bin/benchmark decoders --work_dir=runs/ablate   (a bin/ablate run's teacher and students, constrained and argmax F1)
     bin/benchmark formats --work_dir=runs/wikiann [--repeats=3 --formats_queries=256 --formats_lengths=64]
@@ -21,7 +23,12 @@ import sys
 from absl import flags
 
 import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
-from xtremedistil_tf.benchmarks import formats, latency, memory  # noqa: E402
+from xtremedistil_tf.benchmarks import (  # noqa: E402
+    cache_size,  # noqa: E402
+    formats,
+    latency,
+    memory,
+)
 from xtremedistil_tf.benchmarks.registry import BENCHMARKS
 from xtremedistil_tf.cli import train as _train_flags  # noqa: E402  (bin/benchmark teacher takes bin/train's flags)
 from xtremedistil_tf.cli.common import flag_group, one_line, run_app, run_main  # noqa: E402
@@ -33,6 +40,7 @@ flags.DEFINE_integer("repeats", 50, "Timed runs per measurement (the median is p
 # Flags must exist before absl parses the command line.
 latency.define_flags()
 memory.define_flags()
+cache_size.define_flags()
 formats.define_flags()
 
 

@@ -32,7 +32,14 @@ from xtremedistil_tf.methods.multigrained import LOSSES, MultiGrainedConfig
 from xtremedistil_tf.methods.staged import DistilConfig
 from xtremedistil_tf.methods.strategies import STRATEGIES
 from xtremedistil_tf.run import pipeline
-from xtremedistil_tf.run.pipeline import RANDOM_ALIAS, RunConfig, TeacherConfig, TransferConfig, resolve_teacher_path
+from xtremedistil_tf.run.pipeline import (
+    RANDOM_ALIAS,
+    RunConfig,
+    TeacherConfig,
+    TransferConfig,
+    check_cache,
+    resolve_teacher_path,
+)
 from xtremedistil_tf.run.report import write_report
 from xtremedistil_tf.run.validation import check_overrides, check_ranges, check_tokenizer_files, teacher_config_of
 from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, HEADS_ON, StudentArch
@@ -120,6 +127,13 @@ flags.DEFINE_enum("hidden_dtype", _TRANSFER.hidden_dtype, ["float16", "float32"]
 flags.DEFINE_bool("transfer_only", False, "Only write the teacher-output caches, into a --work_dir whose teacher is "
                   "done (--nostudent with the same flags); with TF_CONFIG, this process's part of them as one of the "
                   "cluster's workers (the same command on each, --work_dir on storage they share). docs/scale.md.")
+flags.DEFINE_enum("cache_hidden_dtype", _TRANSFER.hidden_dtype, ["float16", "float32", "int8"],
+                  "Stored dtype of teacher hidden states: int8 keeps one float32 scale per position (docs/cache.md).")
+flags.DEFINE_alias("hidden_dtype", "cache_hidden_dtype")
+flags.DEFINE_integer("cache_logits_topk", _TRANSFER.logits_topk,
+                     "Cache only the K largest teacher logits per position, their indices and the log-sum-exp of "
+                     "the rest (0: every logit). Refused with a loss that needs every logit (the logit MSE of D1-D4.2; "
+                     "docs/cache.md).", lower_bound=0)
 
 flag_group("Student")
 flags.DEFINE_bool("student", True, "Cache the teacher outputs and distil a student; --nostudent stops after "
@@ -277,9 +291,11 @@ def config_from_flags():
                             dropout=FLAGS.teacher_dropout, embedding_dropout=FLAGS.teacher_embedding_dropout,
                             layer=FLAGS.teacher_layer, finetune=finetune)
     check_teacher(teacher)
-    transfer = TransferConfig(shard_size=FLAGS.shard_size, batch_size=FLAGS.transfer_batch_size,
-                              hidden_dtype=FLAGS.hidden_dtype, kbest=FLAGS.kbest if multigrained else 0)
     student = student_from_flags() if FLAGS.student else None
+    # Hidden states are cached only for a student whose losses read them (TransferConfig.hidden None).
+    transfer = TransferConfig(shard_size=FLAGS.shard_size, batch_size=FLAGS.transfer_batch_size,
+                              hidden_dtype=FLAGS.cache_hidden_dtype, kbest=FLAGS.kbest if multigrained else 0,
+                              logits_topk=FLAGS.cache_logits_topk)
     return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer, student=student,
                      overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress,
                      mixed_precision=FLAGS.mixed_precision, distribution=FLAGS.distribution,
@@ -302,6 +318,7 @@ def student_from_flags():
 
 def train() -> None:
     cfg = config_from_flags()
+    check_cache(cfg.student, cfg.transfer)   # bin/ablate checks each of its --strategies instead
     try:
         log_to_work_dir(cfg.work_dir)
     except OSError as e:  # a read-only or misplaced work dir, found before any step runs

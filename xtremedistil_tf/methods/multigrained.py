@@ -39,6 +39,7 @@ from xtremedistil_tf.losses.uncertainty import LOSS_WEIGHTINGS, loss_weighting
 from xtremedistil_tf.losses import registry, sequence
 from xtremedistil_tf.losses.sequence import hard_targets
 from xtremedistil_tf.students.models import StudentArch
+from xtremedistil_tf.transfer.cache import padded_batch
 from xtremedistil_tf.transfer.multigrained import check_kbest
 from xtremedistil_tf.engine.distribute import scope_of
 from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
@@ -151,14 +152,16 @@ def _trim(batch: Dict[str, tf.Tensor], kbest: int) -> Dict[str, tf.Tensor]:
 
 
 def _stream(ds: tf.data.Dataset, keys: Sequence[str], config: MultiGrainedConfig, shuffle: bool,
-            seed: Optional[int] = None):
-    """Per-example dicts -> trimmed batches of `keys`; shuffled in the order `seed` fixes (one
+            seed: Optional[int] = None, pad_id: int = 0):
+    """Per-example dicts -> trimmed batches of `keys`, each padded to its longest window (label_ids
+    with `pad_id`, as the cache pads them; the rest with 0); shuffled in the order `seed` fixes (one
     epoch's order, engine/resume.py), or reshuffled at every iteration from `config.seed`."""
     ds = ds.map(lambda ex: {k: ex[k] for k in keys})
     if shuffle:
         ds = ds.shuffle(config.shuffle_buffer, seed=config.seed if seed is None else seed,
                         reshuffle_each_iteration=seed is None)
-    return ds.batch(config.batch_size).map(lambda b: _trim(b, config.kbest)).prefetch(tf.data.AUTOTUNE)
+    return padded_batch(ds, config.batch_size, {"label_ids": pad_id}).map(
+        lambda b: _trim(b, config.kbest)).prefetch(tf.data.AUTOTUNE)
 
 
 def _check_kbest(ds: tf.data.Dataset, config: MultiGrainedConfig) -> None:
@@ -273,7 +276,7 @@ def train_multigrained(student: tf.keras.Model, train_ds: tf.data.Dataset, dev_d
     tf.keras.utils.set_random_seed(config.seed)
     _check_kbest(train_ds, config)
     keys = _needed_keys(config.losses, list(train_ds.element_spec))
-    dev = None if dev_ds is None else _stream(dev_ds, [*INPUT_KEYS, "label_ids"], config, shuffle=False)
+    dev = None if dev_ds is None else _stream(dev_ds, [*INPUT_KEYS, "label_ids"], config, shuffle=False, pad_id=pad_id)
     with scope_of(distribution):
         step = MultiGrainedStep(student, config, pad_id)
     engine = Engine(checkpoint, seed=config.seed, verbose=config.progress, callbacks=callbacks,
@@ -288,7 +291,8 @@ def train_multigrained(student: tf.keras.Model, train_ds: tf.data.Dataset, dev_d
                               **{f"lambda/{k}": v for k, v in record["lambdas"].items()}})
         log.debug("multi-grained epoch %d: losses %s, lambdas %s", epoch, record["losses"], record["lambdas"])
 
-    tracker = engine.fit(step, step, lambda seed, _: _stream(train_ds, keys, config, shuffle=True, seed=seed), dev,
+    tracker = engine.fit(step, step, lambda seed, _: _stream(train_ds, keys, config, shuffle=True, seed=seed,
+                                                              pad_id=pad_id), dev,
                          config.epochs, objects=step.objects(), patience=config.patience,
                          score=None if evaluate_fn is None else lambda: evaluate_fn(student), after_epoch=after_epoch)
     return MultiGrainedHistory(config.losses, [_record(config.losses, epoch, logs)

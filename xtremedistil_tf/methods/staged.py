@@ -34,6 +34,7 @@ from xtremedistil_tf.losses.xtremedistil import DEFAULT_REPRESENTATION_LOSS, TEA
 from xtremedistil_tf.methods.strategies import Stage, Strategy, get_strategy
 from xtremedistil_tf.students.models import StudentArch, encoder_layer_name
 from xtremedistil_tf.teachers.finetune import trim_to_longest
+from xtremedistil_tf.transfer.cache import padded_batch
 
 log = logging.getLogger(__name__)
 
@@ -170,13 +171,14 @@ class _StageModel(tf.keras.Model):
 
 
 def batched(ds: tf.data.Dataset, batch_size: int, shuffle_buffer: int = 0, seed: int = 0,
-            reshuffle: bool = True) -> tf.data.Dataset:
+            reshuffle: bool = True, padding: Optional[Dict] = None) -> tf.data.Dataset:
     """Per-example dicts -> shuffled (when `shuffle_buffer` > 0; reshuffled at every iteration when
-    `reshuffle`, else always in the order `seed` gives) batches (paper: 512). Padding columns no row
-    uses are dropped later, per stage."""
+    `reshuffle`, else always in the order `seed` gives) batches (paper: 512), each padded to its longest
+    window (the cache stores windows at their real length) with `padding`'s value per key (default 0;
+    the cache's `padding_values`). Padding columns no row of a stage's keys uses are dropped later."""
     if shuffle_buffer:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=reshuffle)
-    return ds.batch(batch_size)
+    return padded_batch(ds, batch_size, padding)
 
 
 def _resolve_terms(stage: Stage, config: DistilConfig) -> List[tuple]:

@@ -47,7 +47,7 @@ from xtremedistil_tf.students.crf_student import (
 from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, StudentArch
 from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
 from xtremedistil_tf.teachers.model import load_tokenizer
-from xtremedistil_tf.transfer.cache import load_manifest, read_sharded, subset
+from xtremedistil_tf.transfer.cache import load_manifest, padding_values, read_sharded, subset
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,7 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
         return ds if transfer_keep is None else subset(ds, transfer_keep)
 
     train_keys = with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "train"))
+    check_cached(transfer_dir, source_keys(cfg.strategy, "transfer"), cfg.strategy)
     if train_examples:
         train, train_buffer = read_sharded(transfer_dir, keys=train_keys).take(train_examples), train_examples
     else:
@@ -148,18 +149,39 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
     transfer = limited(read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir,
                                                                          source_keys(cfg.strategy, "transfer"))))
 
+    padding = padding_values(transfer_dir)
+
     def train_for(seed: int) -> tf.data.Dataset:
-        return batched(train, cfg.batch_size, shuffle_buffer=train_buffer, seed=seed, reshuffle=False)
+        return batched(train, cfg.batch_size, shuffle_buffer=train_buffer, seed=seed, reshuffle=False, padding=padding)
 
     def transfer_for(seed: int) -> tf.data.Dataset:
-        return batched(transfer, cfg.batch_size, shuffle_buffer=shuffle_buffer, seed=seed, reshuffle=False)
+        return batched(transfer, cfg.batch_size, shuffle_buffer=shuffle_buffer, seed=seed, reshuffle=False,
+                       padding=padding)
 
+    check_cached(dev_cache_dir, [t for s in get_strategy(cfg.strategy).stages for t in _stage_targets(s)],
+                 cfg.strategy)
     dev = read_sharded(dev_cache_dir)
     if not train_examples:
         # The label losses learn the teacher's argmax where it was trained: dev's CE counts the same pieces.
         dev = dev.map(lambda e: {**e, "label_ids": tf.where(teacher_mask(e, e["attention_mask"]) > 0, e["label_ids"],
                                                             pad_id)})
-    return train_for, transfer_for, batched(dev, cfg.batch_size)
+    return train_for, transfer_for, batched(dev, cfg.batch_size, padding=padding_values(dev_cache_dir))
+
+
+def _stage_targets(stage) -> List[str]:
+    """The cached targets a stage's losses read (each stage is selected by them on dev)."""
+    return [key for term in stage.terms for key in registry.get(term.loss).target]
+
+
+def check_cached(cache_dir, keys: Sequence[str], strategy: str) -> None:
+    """ConfigError in one line if the cache was written without a key the strategy's losses read (a
+    cache made for a student that reads no hidden states leaves them out)."""
+    features = load_manifest(cache_dir)["features"]
+    missing = sorted({k for k in keys if k not in features and k != "label_ids"})
+    if missing:
+        raise ConfigError(f"the teacher-output cache in {cache_dir} was written without {missing} (for a student "
+                          f"that reads none); strategy {strategy} reads them: regenerate it (bin/train --overwrite, "
+                          "or a new --work_dir)")
 
 
 def teacher_labeled(examples: tf.data.Dataset, pad_id: int, keys: Sequence[str]) -> tf.data.Dataset:

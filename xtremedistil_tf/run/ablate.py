@@ -61,7 +61,7 @@ from xtremedistil_tf.run.report import plot_transfer_curve
 from xtremedistil_tf.run.validation import MAX_SEED
 from xtremedistil_tf.run.workdir import WorkDir
 from xtremedistil_tf.teachers.saved import load_teacher
-from xtremedistil_tf.transfer.cache import read_sharded, subset
+from xtremedistil_tf.transfer.cache import padding_values, read_sharded, subset
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +181,11 @@ def run_ablation(cfg: pipeline.RunConfig, strategies: Sequence[str], seeds: Opti
     if cfg.student.method != "xtremedistil":
         raise ConfigError(f"--strategies are XtremeDistil's; --method={cfg.student.method} compares --variants "
                           "(ablate_multigrained.run_variants)")
+    # One cache serves every strategy, and a later ablation on this work dir may add strategies that read the
+    # hidden states: they are always cached here. Top-k logits only when every strategy allows them.
+    cfg = replace(cfg, transfer=replace(cfg.transfer, hidden=True))
+    for name in strategies:
+        pipeline.check_cache(replace(cfg.student, strategy=name), cfg.transfer)
 
     def check_data(work: WorkDir) -> None:
         unlabeled = len(pipeline.load_data(work)["transfer"])
@@ -288,8 +293,10 @@ def _distil_language(work: WorkDir, sc, teacher, tokenizer, dev_sentences, windo
     student = build_student(sc, teacher, scheme)
     keep = window_langs["train"] == lang
     train = subset(read_sharded(work.path("transfer")), keep)
-    train_ds = batched(train, sc.batch_size, shuffle_buffer=int(keep.sum()), seed=sc.seed)
-    dev_ds = batched(subset(read_sharded(work.path("transfer_dev")), window_langs["dev"] == lang), sc.batch_size)
+    train_ds = batched(train, sc.batch_size, shuffle_buffer=int(keep.sum()), seed=sc.seed,
+                       padding=padding_values(work.path("transfer")))
+    dev_ds = batched(subset(read_sharded(work.path("transfer_dev")), window_langs["dev"] == lang), sc.batch_size,
+                     padding=padding_values(work.path("transfer_dev")))
     dev = [s for s in dev_sentences if s.lang == lang]
     evaluate_fn = make_dev_f1(served_windows(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
                                              sc.arch.architecture != "transformer"),

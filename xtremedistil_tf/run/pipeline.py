@@ -32,15 +32,23 @@ from xtremedistil_tf.data.classification import class_labels_of, encode_texts
 from xtremedistil_tf.data.inputs import input_files
 from xtremedistil_tf.data.loading import SPLITS, DataConfig, _path, labels_of, load_splits, read_jsonl, write_jsonl
 from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores
-from xtremedistil_tf.engine.distribute import (is_chief, limit_threads, make_distribution, scope_of,
-                                               worker_of_cluster, worker_work_dir)
+from xtremedistil_tf.engine.distribute import (
+    is_chief,
+    limit_threads,
+    make_distribution,
+    scope_of,
+    worker_of_cluster,
+    worker_work_dir,
+)
 from xtremedistil_tf.engine.precision import precision_policy
 from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages, stateful_dropout
 from xtremedistil_tf.errors import ConfigError, DataFormatError, Interrupted
 from xtremedistil_tf.io import atomic_write_json, dir_size, read_json
+from xtremedistil_tf.losses import registry
 from xtremedistil_tf.methods.classification import distil_classifier, evaluate_classifier_student
 from xtremedistil_tf.methods.multigrained import LOSSES, TOKEN_LEVEL
 from xtremedistil_tf.methods.staged import DistilConfig
+from xtremedistil_tf.methods.strategies import get_strategy
 from xtremedistil_tf.methods.student_run import (
     StudentConfig,
     distil,
@@ -70,7 +78,7 @@ from xtremedistil_tf.teachers.pretrained import (
     resolve_teacher_path,
 )
 from xtremedistil_tf.teachers.saved import load_teacher
-from xtremedistil_tf.transfer.cache import worker_part
+from xtremedistil_tf.transfer.cache import FORMAT_VERSION, check_format, worker_part
 from xtremedistil_tf.transfer.classification import write_sequence_outputs
 from xtremedistil_tf.transfer.multigrained import write_multigrained_outputs
 from xtremedistil_tf.transfer.outputs import write_teacher_outputs
@@ -97,8 +105,10 @@ class TeacherConfig:
 class TransferConfig:
     shard_size: int = 1000
     batch_size: int = 64
-    hidden_dtype: str = "float16"
+    hidden_dtype: str = "float16"    # float16 | float32 | int8 (one scale per position)
     kbest: int = 0                   # > 0: also cache the CRF teacher's k-best paths (multi-grained KD)
+    logits_topk: int = 0             # > 0: cache the top K logits per position (docs/cache.md: which losses allow it)
+    hidden: Optional[bool] = None    # cache the hidden states; None: when the student's losses read them
 
 
 @dataclass
@@ -356,11 +366,11 @@ def _write_cache(work: WorkDir, cfg: RunConfig, name: str, sentences, fingerprin
     sentence index of each cached example)."""
     start = time.time()
     common = dict(shard_size=cfg.transfer.shard_size, batch_size=cfg.transfer.batch_size,
-                  hidden_dtype=cfg.transfer.hidden_dtype, progress=cfg.progress, overwrite=cfg.overwrite)
+                  hidden_dtype=cfg.transfer.hidden_dtype, logits_topk=cfg.transfer.logits_topk,
+                  hidden=cfg.transfer.hidden, progress=cfg.progress, overwrite=cfg.overwrite)
     if cfg.data.task == CLASSIFICATION:
         # One example per text: example i is sentence i.
         windows = encode_texts(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-        common["dtypes"] = {"hidden": common.pop("hidden_dtype")}
         manifest = write_sequence_outputs(teacher, windows, work.path(name), cfg.teacher.layer, fingerprint, **common)
         return _cache_info(sentences, len(windows), manifest, start), np.arange(len(windows))
     windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
@@ -387,10 +397,17 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
     this process runs the teacher, on its own devices and without `distribution`, over its
     shards of each cache (transfer/cache.py:worker_part) and waits for the others' (the chief's
     MultiWorkerMirroredStrategy is not needed for that); worker 0 then marks the step done, and
-    the others wait for that, as their student step reads its info."""
-    fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cfg.transfer)}
-    if _first_pieces_only(cfg):  # a cache written before caches held the mark is not reused
-        fingerprint["teacher_mask"] = True
+    the others wait for that, as their student step reads its info. A cache with hidden states
+    serves a run that reads none (`cfg.transfer.hidden` False): it is reused as it is. A cache of an
+    older format is refused in one line (cache.check_format)."""
+    cfg = replace(cfg, transfer=cache_config(cfg))
+    fingerprint = transfer_fingerprint(cfg, upstream)
+    if not cfg.overwrite:
+        check_format(work.path("transfer"))
+    if not cfg.transfer.hidden:
+        with_hidden = transfer_fingerprint(replace(cfg, transfer=replace(cfg.transfer, hidden=True)), upstream)
+        if work.stored("transfer").get("hash") == fingerprint_hash(with_hidden):
+            return with_hidden
     if work.is_done("transfer", fingerprint):
         return fingerprint
 
@@ -425,6 +442,54 @@ def _wait_for_step(work: WorkDir, name: str, fingerprint: dict) -> None:
             log.info("waiting for worker 0 to mark step %s done in %s", name, work.path(name))
             start = time.monotonic()
         time.sleep(0.5)
+def loss_names(sc: StudentConfig) -> List[str]:
+    """The losses a student is trained with (a staged strategy's terms, or the multi-grained losses)."""
+    if sc.method == "multigrained":
+        return list(sc.losses)
+    return [term.loss for stage in get_strategy(sc.strategy).stages for term in stage.terms]
+
+
+def reads_hidden(sc: StudentConfig) -> bool:
+    """Whether any of the student's losses reads the cached hidden states (the representation loss)."""
+    return any("hidden" in registry.get(name).target for name in loss_names(sc))
+
+
+# Losses that need every cached logit: the logit MSE (Eq. 4) regresses onto each of the N values.
+NEEDS_ALL_LOGITS = {"logits": "logit loss (XtremeDistil Eq. 4, the MSE over all N logits)"}
+
+
+def check_cache(sc: Optional[StudentConfig], transfer: TransferConfig) -> None:
+    """How the caches store teacher outputs against what the student's losses read (docs/cache.md),
+    before any work: --cache_logits_topk with a loss that needs every logit, no hidden states for a
+    loss that reads them."""
+    if sc is None:
+        return
+    name = f"strategy {sc.strategy}" if sc.method != "multigrained" else "--method=multigrained"
+    if transfer.logits_topk:
+        exact = next((NEEDS_ALL_LOGITS[n] for n in loss_names(sc) if n in NEEDS_ALL_LOGITS), None)
+        if exact:
+            raise ConfigError(f"--cache_logits_topk={transfer.logits_topk}: {name}'s {exact} needs every logit; "
+                              "use --cache_logits_topk=0, or a strategy without it (D0, D0-S)")
+    if transfer.hidden is False and reads_hidden(sc):
+        raise ConfigError(f"{name} reads the teacher's hidden states (representation loss), but the transfer "
+                          "config caches none (hidden=False)")
+
+
+def cache_config(cfg: RunConfig) -> TransferConfig:
+    """cfg.transfer with `hidden` decided: as set, or (None) whether the student's losses read hidden states
+    (a run without a student caches them: a later student may)."""
+    if cfg.transfer.hidden is not None:
+        return cfg.transfer
+    return replace(cfg.transfer, hidden=cfg.student is None or reads_hidden(cfg.student))
+
+
+def transfer_fingerprint(cfg: RunConfig, upstream: dict) -> dict:
+    """What makes the teacher-output caches: the teacher (upstream), its layer, how they are stored."""
+    fingerprint = {**upstream, "layer": cfg.teacher.layer, "transfer": asdict(cache_config(cfg)),
+                   "cache_format": FORMAT_VERSION}
+    if _first_pieces_only(cfg):  # a cache written before caches held the mark is not reused
+        fingerprint["teacher_mask"] = True
+    return fingerprint
 
 
 def student_fingerprint(sc: StudentConfig) -> dict:
@@ -662,6 +727,7 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfe
         current.append(name)
         return out
 
+    check_cache(cfg.student, cfg.transfer)
     try:
         fingerprint = step("data", step_data, work, cfg)
         fingerprint = step("teacher", step_teacher, work, cfg, fingerprint, distribution)

@@ -9,8 +9,10 @@ Layout of ``out_dir`` (see docs/cache.md):
 
 * ``shard-SSSSS-of-NNNNN.tfrecord``: examples ``[s*shard_size, min((s+1)*shard_size, n))``.
   One ``tf.train.Example`` per example, one bytes feature per key holding the raw
-  little-endian C-order array. Written to ``<name>.tmp`` and renamed with ``os.replace``
-  when complete, so a shard file that exists is always whole.
+  little-endian C-order array (plus ``key/scale`` or ``key/index`` and ``key/rest`` for an
+  int8 or top-k key). A ragged key (one with a sequence axis) is stored at the example's real
+  length (from ``attention_mask``), not padded. Written to ``<name>.tmp`` and renamed with
+  ``os.replace`` when complete, so a shard file that exists is always whole.
 * ``cache_state.json``: written before the first shard; fingerprint, spec and feature
   shapes of the run in progress, so a rerun can tell whether the shards are its own.
 * ``manifest.json``: written last, atomically; its presence means the cache is complete.
@@ -21,7 +23,7 @@ and whichever finds every shard there writes the manifest (see ``write_sharded``
 
 Why raw bytes + shapes in the manifest rather than ``tf.io.serialize_tensor``: reading
 back is ``tf.io.decode_raw`` (a memcpy) plus a reshape to a shape known when the graph
-is built, so every tensor gets a static shape for free; ``parse_tensor`` would decode a
+is built (all but the sequence axis of a ragged key), so every tensor gets a static shape for free; ``parse_tensor`` would decode a
 TensorProto per value and return an unknown shape, and it cannot skip the proto header.
 (Parsing records in batches with ``tf.io.parse_example`` then unbatching measured no faster
 here: reading the records dominates, so the simpler per-example parse is used.)
@@ -35,6 +37,7 @@ import os
 import re
 import threading
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Optional
 
@@ -48,12 +51,17 @@ from xtremedistil_tf.io import atomic_write_json, fsync_dir, fsync_file, read_js
 MANIFEST = "manifest.json"
 STATE = "cache_state.json"
 FORMAT = "xtremedistil_tf.sharded_cache"
-FORMAT_VERSION = 1
+# 2: ragged keys at their real length, int8 and top-k encodings (issue 30). 1: every window padded.
+FORMAT_VERSION = 2
 _SHARD_RE = re.compile(r"^shard-(\d{5})-of-(\d{5})\.tfrecord$")
 # Types tf.io.decode_raw can produce, so anything written can be read back.
 _STORABLE = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
              "float16", "float32", "float64"}
 
+# Encodings a float key can be stored with besides a plain cast (``encodings=``, docs/cache.md):
+INT8 = "int8"      # symmetric int8, one float32 scale max|x|/127 per row (every axis but the last)
+TOPK = "top"       # "top<K>": the K largest values of the last axis, their indices and the rest's log-sum-exp
+SCALE, INDEX, REST = "/scale", "/index", "/rest"   # the extra bytes features of an encoded key
 ComputeBatch = Callable[[int, int], Mapping[str, np.ndarray]]
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5      # how often a worker looks again while it waits for the others
@@ -230,6 +238,7 @@ def _open(out_dir: Path, identity: dict) -> Optional[dict]:
     """_prepare_dir's checks and repairs (one process, or worker 0 of several)."""
     manifest = _read_if_exists(out_dir / MANIFEST)
     if manifest is not None:
+        _check_format(out_dir, manifest)
         _check_same_run(out_dir, _identity(manifest.get("fingerprint", {}), manifest.get("spec", {})),
                         identity, MANIFEST)
         if not _damaged_shards(out_dir, manifest):
@@ -257,6 +266,7 @@ def _join(out_dir: Path, identity: dict, overwrite: bool, part: Part) -> Optiona
         manifest = _read_if_exists(out_dir / MANIFEST)
         state = _read_if_exists(out_dir / STATE) if manifest is None else None
         if manifest is not None:
+            _check_format(out_dir, manifest)
             stored, source = _identity(manifest.get("fingerprint", {}), manifest.get("spec", {})), MANIFEST
             if stored == identity and not _damaged_shards(out_dir, manifest):
                 return manifest
@@ -291,36 +301,151 @@ def _reopen(out_dir: Path, manifest: dict, identity: dict) -> None:
     (out_dir / MANIFEST).unlink()
 
 
-def _feature_spec(batch: Mapping[str, np.ndarray], rows: int, dtypes: Mapping[str, str]) -> dict:
-    """{key: {"dtype", "shape"}} of one example, from a computed batch."""
-    unused = sorted(set(dtypes) - set(batch))
+@dataclass(frozen=True)
+class Layout:
+    """How each key is stored (write_sharded's arguments past the fingerprint; part of the spec).
+
+    dtypes: key -> stored dtype of a plain cast. encodings: key -> "int8" or "top<K>" (a float key).
+    ragged: key -> the sequence axis of one example (its length is the real length, from `length_key`).
+    pad_values: key -> the value past the real length (0 if not named), checked when written and
+    put back when a batch is padded (`padded_batch`)."""
+
+    dtypes: dict = field(default_factory=dict)
+    encodings: dict = field(default_factory=dict)
+    ragged: dict = field(default_factory=dict)
+    pad_values: dict = field(default_factory=dict)
+    length_key: str = "attention_mask"
+
+    def check(self) -> None:
+        bad = {k: v for k, v in self.dtypes.items() if v not in _STORABLE}
+        if bad:
+            raise ConfigError(f"unsupported dtypes {bad}; storable dtypes: {sorted(_STORABLE)}")
+        for key, encoding in self.encodings.items():
+            if encoding != INT8 and _top_k_of(encoding) is None:
+                raise ConfigError(f"cannot encode {key!r} as {encoding!r}; expected {INT8!r} or 'top<K>' (K >= 1)")
+            if key in self.dtypes:
+                raise ConfigError(f"{key!r} has both a dtype ({self.dtypes[key]}) and an encoding ({encoding})")
+        for key, axis in self.ragged.items():
+            if not isinstance(axis, int) or axis < 0:
+                raise ConfigError(f"ragged axis of {key!r} must be a non-negative int, got {axis!r}")
+
+    def spec(self) -> dict:
+        """The part of the cache's spec (identity) this layout adds."""
+        out = asdict(self)
+        if not self.ragged:
+            del out["length_key"]
+        return out
+
+
+def _top_k_of(encoding: str) -> Optional[int]:
+    """K of a "top<K>" encoding (None if it is not one)."""
+    match = re.fullmatch(TOPK + r"([1-9]\d*)", str(encoding))
+    return int(match.group(1)) if match else None
+
+
+def index_dtype(num_classes: int) -> str:
+    """Stored dtype of top-k indices: the narrowest unsigned type that holds every class id."""
+    return "uint8" if num_classes <= 256 else "uint16" if num_classes <= 65536 else "int32"
+
+
+def quantize_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(q int8, scale float32): symmetric, one scale per row (every axis but the last), scale =
+    max|x_row| / 127, q = round(x / scale). |x - q * scale| <= scale / 2 per element; a row of zeros
+    gets scale 0 and q 0."""
+    x = np.asarray(x, dtype=np.float32)
+    scale = (np.abs(x).max(axis=-1) / np.float32(127)).astype(np.float32)
+    safe = np.where(scale > 0, scale, np.float32(1))[..., None]
+    q = np.clip(np.rint(x / safe), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def dequantize_int8(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """float32 of `quantize_int8`'s output (what `read_sharded` returns)."""
+    return q.astype(np.float32) * np.asarray(scale, dtype=np.float32)[..., None]
+
+
+def top_k(x: np.ndarray, k: int, dtype: str = "uint8") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values float32 [..., k], indices [..., k], rest float32 [...]): the k largest values of the
+    last axis (largest first; ties by lower index), their indices, and the log-sum-exp of the others."""
+    x = np.asarray(x, dtype=np.float32)
+    index = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+    values = np.take_along_axis(x, index, axis=-1)
+    chosen = np.zeros(x.shape, dtype=bool)
+    np.put_along_axis(chosen, index, True, axis=-1)
+    others = np.where(chosen, -np.inf, x.astype(np.float64))
+    top = others.max(axis=-1, keepdims=True)
+    rest = top[..., 0] + np.log(np.exp(others - top).sum(axis=-1))
+    return values, index.astype(dtype), rest.astype(np.float32)
+
+
+def from_top_k(values: np.ndarray, index: np.ndarray, rest: np.ndarray, num_classes: int) -> np.ndarray:
+    """Full logits [..., num_classes] from `top_k` (what `read_sharded` returns): the top k as stored,
+    every other class `rest - log(num_classes - k)`, so the softmax keeps the top k's probabilities
+    and the total mass of the rest exactly (spread evenly over the rest), and the argmax."""
+    k = values.shape[-1]
+    fill = (np.asarray(rest, np.float32) - np.float32(np.log(num_classes - k)))[..., None]
+    out = np.repeat(fill, num_classes, axis=-1).astype(np.float32)
+    np.put_along_axis(out, np.asarray(index, np.int64), values, axis=-1)
+    return out
+
+
+def _feature_spec(batch: Mapping[str, np.ndarray], rows: int, layout: Layout) -> dict:
+    """{key: {"dtype", "shape", ...}} of one example, from a computed batch: a ragged key's shape has
+    None (null) at its sequence axis, plus "ragged_axis" and "pad"; an encoded key, "encoding"."""
+    unused = sorted((set(layout.dtypes) | set(layout.encodings) | set(layout.ragged)) - set(batch))
     if unused:
         # Most likely a typo that would silently store a key at full precision.
-        raise ConfigError(f"dtypes names {unused}, which compute_batch does not return "
+        raise ConfigError(f"dtypes, encodings or ragged name {unused}, which compute_batch does not return "
                           f"(it returns {sorted(batch)})")
+    if layout.ragged and layout.length_key not in batch:
+        raise ConfigError(f"ragged keys need {layout.length_key!r} (the real lengths); compute_batch returns "
+                          f"{sorted(batch)}")
     spec = {}
     for key, arr in batch.items():
         arr = np.asarray(arr)
         if arr.ndim == 0 or arr.shape[0] != rows:
             raise ConfigError(f"compute_batch returned {key!r} with shape {arr.shape}; "
                               f"expected leading dimension {rows} (one row per example)")
-        dtype = dtypes.get(key, arr.dtype.name)
+        dtype = layout.dtypes.get(key, arr.dtype.name)
         if dtype not in _STORABLE:
             raise ConfigError(f"cannot store {key!r} as {dtype}; storable dtypes: {sorted(_STORABLE)}")
-        spec[key] = {"dtype": dtype, "shape": list(arr.shape[1:])}
+        entry = {"dtype": dtype, "shape": list(arr.shape[1:])}
+        if key in layout.ragged:
+            axis = layout.ragged[key]
+            if axis >= arr.ndim - 1 or arr.shape[axis + 1] != np.shape(batch[layout.length_key])[1]:
+                raise ConfigError(f"ragged axis {axis} of {key!r} (per-example shape {arr.shape[1:]}) is not "
+                                  f"the sequence axis of {layout.length_key!r} {np.shape(batch[layout.length_key])[1:]}")
+            entry["shape"][axis] = None
+            entry.update(ragged_axis=axis, pad=np.asarray(layout.pad_values.get(key, 0)).item())
+        encoding = layout.encodings.get(key)
+        if encoding is not None:
+            if arr.dtype.kind != "f" or arr.ndim < 2 or layout.ragged.get(key) == arr.ndim - 2:
+                raise ConfigError(f"{encoding} encodes rows of floats along the last axis; {key!r} is "
+                                  f"{arr.dtype} of per-example shape {arr.shape[1:]}"
+                                  + (" whose last axis is its sequence axis" if key in layout.ragged else ""))
+            k, classes = _top_k_of(encoding), arr.shape[-1]
+            if encoding == INT8:
+                entry.update(dtype="int8", encoding=INT8, scale_dtype="float32")
+            elif k < classes:   # else every value is kept: stored as float32 as it is
+                entry.update(dtype="float32", encoding="topk", k=k, index_dtype=index_dtype(classes))
+            else:
+                entry["dtype"] = "float32"
+        spec[key] = entry
     return spec
 
 
 def _check_batch(batch: Mapping[str, np.ndarray], start: int, end: int, features: dict) -> None:
-    """Every batch must have the keys and per-example shapes of the first one."""
+    """Every batch must have the keys and per-example shapes of the first one (any length along
+    a ragged key's sequence axis)."""
     if set(batch) != set(features):
         raise ConfigError(f"compute_batch({start}, {end}) returned keys {sorted(batch)}; "
                           f"earlier batches had {sorted(features)}")
     for key, arr in batch.items():
         expected = (end - start, *features[key]["shape"])
-        if tuple(np.shape(arr)) != expected:
+        shape = tuple(np.shape(arr))
+        if len(shape) != len(expected) or any(e is not None and e != d for e, d in zip(expected, shape)):
             raise ConfigError(f"compute_batch({start}, {end}) returned {key!r} with shape "
-                              f"{tuple(np.shape(arr))}; expected {expected} (pad to a fixed length)")
+                              f"{shape}; expected {expected} (pad to a fixed length)")
 
 
 def _to_storage(key: str, arr: np.ndarray, dtype: str) -> np.ndarray:
@@ -338,12 +463,69 @@ def _to_storage(key: str, arr: np.ndarray, dtype: str) -> np.ndarray:
     return out
 
 
-def _serialize(batch: Mapping[str, np.ndarray], row: int) -> bytes:
-    """One example as a tf.train.Example of raw bytes; deterministic so reruns are byte-equal."""
-    feature = {key: tf.train.Feature(bytes_list=tf.train.BytesList(value=[arr[row].tobytes()]))
-               for key, arr in batch.items()}
+def real_lengths(mask: np.ndarray) -> np.ndarray:
+    """[B] each row's real length: one past its last nonzero mask position (0 for an empty row)."""
+    mask = np.asarray(mask) != 0
+    width = mask.shape[1]
+    return np.where(mask.any(axis=1), width - np.argmax(mask[:, ::-1], axis=1), 0).astype(np.int64)
+
+
+def _check_tail(key: str, arr: np.ndarray, lengths: np.ndarray, axis: int, pad, start: int) -> None:
+    """Ragged storage drops what lies past each row's length: it must be the pad value."""
+    width = arr.shape[axis + 1]
+    beyond = np.arange(width)[None, :] >= lengths[:, None]
+    beyond = beyond.reshape((arr.shape[0],) + (1,) * axis + (width,) + (1,) * (arr.ndim - axis - 2))
+    bad = np.nonzero(np.any((arr != pad) & beyond, axis=tuple(range(1, arr.ndim))))[0]
+    if bad.size:
+        raise ConfigError(f"example {start + int(bad[0])}: {key!r} holds values other than {pad} past its real "
+                          "length (attention_mask), which ragged storage would drop; zero the padding "
+                          "(or name its value in pad_values)")
+
+
+def _encode(batch: Mapping[str, np.ndarray], features: dict, length_key: str, start: int
+            ) -> tuple[dict, dict, Optional[np.ndarray]]:
+    """(stored arrays by feature name, their ragged axes, each row's length) of one computed batch."""
+    ragged = {k: f["ragged_axis"] for k, f in features.items() if "ragged_axis" in f}
+    lengths = real_lengths(batch[length_key]) if ragged else None
+    stored, axes = {}, {}
+    for key, arr in batch.items():
+        f = features[key]
+        if key in ragged:
+            _check_tail(key, np.asarray(arr), lengths, ragged[key], f["pad"], start)
+        if f.get("encoding") == INT8:
+            parts = dict(zip((key, key + SCALE), quantize_int8(arr)))
+        elif f.get("encoding") == "topk":
+            parts = dict(zip((key, key + INDEX, key + REST), top_k(arr, f["k"], f["index_dtype"])))
+        else:
+            parts = {key: _to_storage(key, arr, f["dtype"])}
+        for name, value in parts.items():
+            stored[name] = np.ascontiguousarray(value.astype(value.dtype.newbyteorder("<"), copy=False))
+            if key in ragged:
+                axes[name] = ragged[key]
+    return stored, axes, lengths
+
+
+def _serialize(stored: Mapping[str, np.ndarray], row: int, axes: Mapping[str, int] = (),
+               lengths: Optional[np.ndarray] = None) -> bytes:
+    """One example as a tf.train.Example of raw bytes (a ragged feature cut to the row's length);
+    deterministic so reruns are byte-equal."""
+    def cut(name: str, arr: np.ndarray) -> np.ndarray:
+        if name not in axes:
+            return arr
+        return np.ascontiguousarray(arr[(slice(None),) * axes[name] + (slice(0, int(lengths[row])),)])
+
+    feature = {name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[cut(name, arr[row]).tobytes()]))
+               for name, arr in stored.items()}
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(
         deterministic=True)
+
+
+def encode_examples(batch: Mapping[str, np.ndarray], start: int, end: int, features: dict,
+                    length_key: str = "attention_mask") -> list[bytes]:
+    """The serialized records of examples [start, end) computed as `batch`."""
+    _check_batch(batch, start, end, features)
+    stored, axes, lengths = _encode(batch, features, length_key, start)
+    return [_serialize(stored, row, axes, lengths) for row in range(end - start)]
 
 
 def _batches(start: int, end: int, batch_size: int) -> Iterable[tuple[int, int]]:
@@ -353,7 +535,7 @@ def _batches(start: int, end: int, batch_size: int) -> Iterable[tuple[int, int]]
 
 
 def _write_shard(out_dir: Path, index: int, num_shards: int, start: int, end: int,
-                 compute_batch: ComputeBatch, batch_size: int, dtypes: dict,
+                 compute_batch: ComputeBatch, batch_size: int, layout: Layout,
                  state: dict, bar: Any) -> None:
     """Compute examples [start, end) batch by batch into a .tmp file, then commit it.
 
@@ -366,11 +548,9 @@ def _write_shard(out_dir: Path, index: int, num_shards: int, start: int, end: in
         for b_start, b_end in _batches(start, end, batch_size):
             batch = dict(compute_batch(b_start, b_end))
             if state.get("features") is None:
-                state["features"] = _feature_spec(batch, b_end - b_start, dtypes)
-            _check_batch(batch, b_start, b_end, state["features"])
-            stored = {k: _to_storage(k, v, state["features"][k]["dtype"]) for k, v in batch.items()}
-            for row in range(b_end - b_start):
-                writer.write(_serialize(stored, row))
+                state["features"] = _feature_spec(batch, b_end - b_start, layout)
+            for record in encode_examples(batch, b_start, b_end, state["features"], layout.length_key):
+                writer.write(record)
             bar.update(b_end - b_start)
     fsync_file(tmp)
     on_disk = read_json(out_dir / STATE).get("features")
@@ -392,7 +572,9 @@ def _shard_bounds(num_examples: int, shard_size: int) -> list[tuple[int, int]]:
 def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: ComputeBatch, *,
                   shard_size: int = 1000, batch_size: int = 32, fingerprint: dict,
                   dtypes: Optional[dict[str, str]] = None, progress: bool = True,
-                  overwrite: bool = False, part: Optional[tuple[int, int]] = None) -> dict:
+                  overwrite: bool = False, part: Optional[tuple[int, int]] = None,
+                  encodings: Optional[dict[str, str]] = None, ragged: Optional[dict[str, int]] = None,
+                  pad_values: Optional[dict] = None, length_key: str = "attention_mask") -> dict:
     """Compute and cache ``num_examples`` examples as TFRecord shards; return the manifest.
 
     ``compute_batch(start, end)`` returns {key: array} with leading dim ``end - start`` and
@@ -401,7 +583,12 @@ def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: 
     ``fingerprint`` (JSON-serializable) identifies what is being cached (teacher, data,
     max_seq_length, layer, ...): a complete cache with the same fingerprint is returned
     without computing anything; a partial one is resumed, recomputing only missing shards.
-    ``dtypes`` overrides the stored dtype per key (e.g. ``{"hidden": "float16"}``).
+    ``dtypes`` overrides the stored dtype per key (e.g. ``{"hidden": "float16"}``); ``encodings``
+    stores a float key as ``"int8"`` (one scale per row) or ``"top<K>"`` (the K largest of its
+    last axis, their indices and the rest's log-sum-exp); ``ragged`` names each key with a
+    sequence axis ({key: axis of one example}): it is stored at the example's real length (one
+    past the last nonzero of ``length_key``), and what it held past that must be its
+    ``pad_values`` entry (default 0), which ``padded_batch`` puts back (docs/cache.md).
     A directory holding another fingerprint's cache raises ConfigError unless
     ``overwrite=True``, which deletes this module's files there (and only those).
     ``num_examples == 0`` raises ConfigError: an empty transfer set is an upstream bug.
@@ -420,12 +607,11 @@ def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: 
                           "(the transfer set is empty)")
     if shard_size <= 0 or batch_size <= 0:
         raise ConfigError(f"shard_size and batch_size must be positive, got {shard_size}, {batch_size}")
-    dtypes = dict(dtypes or {})
-    bad = {k: v for k, v in dtypes.items() if v not in _STORABLE}
-    if bad:
-        raise ConfigError(f"unsupported dtypes {bad}; storable dtypes: {sorted(_STORABLE)}")
+    layout = Layout(dict(dtypes or {}), dict(encodings or {}), dict(ragged or {}),
+                    {k: np.asarray(v).item() for k, v in (pad_values or {}).items()}, length_key)
+    layout.check()
     out_dir = Path(out_dir)
-    spec = {"num_examples": num_examples, "shard_size": shard_size, "dtypes": dtypes}
+    spec = {"num_examples": num_examples, "shard_size": shard_size, **layout.spec()}
     identity = _normalize_json(_identity(fingerprint, spec))
     part = _check_part(_DEFAULT.part if part is None else part)
     manifest = _prepare_dir(out_dir, identity, overwrite, part)
@@ -448,7 +634,7 @@ def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: 
               disable=not progress) as bar:
         for i in missing:
             _write_shard(out_dir, i, len(bounds), *bounds[i], compute_batch, batch_size,
-                         dtypes, state, bar)
+                         layout, state, bar)
     if part.count == 1:
         return _write_manifest(out_dir, identity, state["features"], bounds)
     return _complete(out_dir, identity, state, bounds, part)
@@ -485,7 +671,8 @@ def _write_manifest(out_dir: Path, identity: dict, features: dict,
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "encoding": "one tf.train.Example per example; one bytes feature per key holding the "
-                    "raw little-endian C-order array of that example",
+                    "raw little-endian C-order array of that example (a ragged key cut to the example's "
+                    "real length; an int8 key with key/scale, a top-k key with key/index and key/rest)",
         "fingerprint": identity["fingerprint"], "spec": identity["spec"],
         "num_examples": identity["spec"]["num_examples"],
         "shard_size": identity["spec"]["shard_size"],
@@ -507,9 +694,29 @@ def load_manifest(out_dir: str | os.PathLike) -> dict:
         raise ConfigError(f"teacher-output cache in {out_dir} is {why}; rerun the writer "
                           "(write_sharded with the same fingerprint resumes where it stopped)")
     manifest = read_json(path)
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise ConfigError(f"{path} is not a {FORMAT} v{FORMAT_VERSION} manifest")
+    _check_format(out_dir, manifest)
     return manifest
+
+
+def check_format(out_dir: str | os.PathLike) -> None:
+    """ConfigError in one line if `out_dir` holds a complete cache of a format this version cannot read."""
+    path = Path(out_dir) / MANIFEST
+    if path.is_file():
+        _check_format(Path(out_dir), read_json(path))
+
+
+def _check_format(out_dir: Path, manifest: dict) -> None:
+    """Refuse a manifest this version cannot read, in one line saying what to do."""
+    if manifest.get("format") != FORMAT:
+        raise ConfigError(f"{out_dir / MANIFEST} is not a {FORMAT} manifest")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ConfigError(
+            f"{out_dir} holds a teacher-output cache of format v{version}"
+            + (" (every window padded to --max_seq_length)" if version == 1 else "")
+            + f"; this version reads v{FORMAT_VERSION} (windows at their real length) only: regenerate it "
+            "(bin/train --overwrite redoes the transfer step and every later step, or use a new --work_dir; "
+            "write_sharded(..., overwrite=True) from Python)")
 
 
 def cache_complete(out_dir: str | os.PathLike, fingerprint: dict) -> bool:
@@ -532,31 +739,58 @@ def disk_bytes_per_1000(out_dir: str | os.PathLike) -> float:
     return 1000.0 * total / manifest["num_examples"]
 
 
+def _decode(raw: Mapping[str, tf.Tensor], key: str, f: dict, cast_float32: bool) -> tf.Tensor:
+    """One feature of one example back as the tensor that was computed (a ragged key at its real
+    length; int8 dequantized and top-k logits filled in, both float32)."""
+    shape = [-1 if d is None else d for d in f["shape"]]
+
+    def part(name: str, dtype: str, part_shape: list) -> tf.Tensor:
+        return tf.reshape(tf.io.decode_raw(raw[name], tf.as_dtype(dtype), little_endian=True), part_shape)
+
+    encoding = f.get("encoding")
+    if encoding == INT8:
+        scale = part(key + SCALE, f["scale_dtype"], shape[:-1])
+        return tf.cast(part(key, "int8", shape), tf.float32) * scale[..., None]
+    if encoding == "topk":
+        k, classes = f["k"], shape[-1]
+        values = part(key, f["dtype"], shape[:-1] + [k])
+        onehot = tf.one_hot(tf.cast(part(key + INDEX, f["index_dtype"], shape[:-1] + [k]), tf.int32), classes)
+        fill = part(key + REST, "float32", shape[:-1]) - np.float32(np.log(classes - k))
+        chosen = tf.reduce_max(onehot, axis=-2) > 0
+        return tf.where(chosen, tf.reduce_sum(onehot * values[..., None], axis=-2), fill[..., None])
+    values = part(key, f["dtype"], shape)
+    return tf.cast(values, tf.float32) if cast_float32 and values.dtype == tf.float16 else values
+
+
+def _stored_names(key: str, f: dict) -> list[str]:
+    """The bytes features of the Example that hold `key`."""
+    return {INT8: [key, key + SCALE], "topk": [key, key + INDEX, key + REST]}.get(f.get("encoding"), [key])
+
+
 def _parser(features: dict, keys: list[str], cast_float32: bool) -> Callable:
-    """Parse function: one serialized Example -> {key: tensor} with static shapes."""
-    description = {k: tf.io.FixedLenFeature([], tf.string) for k in keys}
+    """Parse function: one serialized Example -> {key: tensor}, static shapes but a ragged key's
+    sequence axis."""
+    description = {name: tf.io.FixedLenFeature([], tf.string)
+                   for k in keys for name in _stored_names(k, features[k])}
 
     def parse(serialized: tf.Tensor) -> dict:
         raw = tf.io.parse_single_example(serialized, description)
-        out = {}
-        for key in keys:
-            dtype = tf.as_dtype(features[key]["dtype"])
-            values = tf.reshape(tf.io.decode_raw(raw[key], dtype, little_endian=True),
-                                features[key]["shape"])
-            out[key] = tf.cast(values, tf.float32) if cast_float32 and dtype == tf.float16 else values
-        return out
+        return {key: _decode(raw, key, features[key], cast_float32) for key in keys}
 
     return parse
 
 
 def read_sharded(out_dir: str | os.PathLike, *, keys: Optional[Iterable[str]] = None,
                  cast_float32: bool = True, cycle_length: int = 1) -> tf.data.Dataset:
-    """Stream a complete cache as a dataset of per-example dicts with static shapes.
+    """Stream a complete cache as a dataset of per-example dicts.
 
     ``keys`` selects features (default: all); ``cast_float32`` turns stored float16 back
-    into float32. With the default ``cycle_length=1`` examples come in their original order
-    (example i of the transfer set is element i); a larger value reads that many shards at
-    once and interleaves their examples (faster on slow disks, order no longer by index).
+    into float32 (int8 and top-k keys always come back float32). A ragged key comes at the
+    example's real length: batch with ``padded_batch`` (each batch padded to its longest
+    example, with the cache's ``padding_values``). With the default ``cycle_length=1`` examples
+    come in their original order (example i of the transfer set is element i); a larger value
+    reads that many shards at once and interleaves their examples (faster on slow disks, order
+    no longer by index).
     """
     out_dir = Path(out_dir)
     manifest = load_manifest(out_dir)
@@ -576,6 +810,46 @@ def read_sharded(out_dir: str | os.PathLike, *, keys: Optional[Iterable[str]] = 
     ds = ds.map(_parser(features, keys, cast_float32),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.apply(tf.data.experimental.assert_cardinality(manifest["num_examples"]))
+
+
+def padding_values(out_dir: str | os.PathLike) -> dict:
+    """{key: value} that the cache's ragged keys held past each example's length (for `padded_batch`)."""
+    return {k: f["pad"] for k, f in load_manifest(out_dir)["features"].items() if "ragged_axis" in f}
+
+
+def padded_batch(ds: tf.data.Dataset, batch_size: int, padding: Optional[Mapping] = None,
+                 drop_remainder: bool = False, length: Optional[int] = None) -> tf.data.Dataset:
+    """Batches of per-example dicts, each key padded to the batch's longest example with `padding`'s
+    value for it (default 0): what a cache padded to max_seq_length gives after trimming to the batch's
+    longest window. `length`: pad every sequence axis to that length instead (the padded layout)."""
+    padding = dict(padding or {})
+    values = {k: tf.cast(padding.get(k, 0), spec.dtype) for k, spec in ds.element_spec.items()}
+    shapes = None if length is None else {k: [length if d is None else d for d in spec.shape.as_list()]
+                                          for k, spec in ds.element_spec.items()}
+    return ds.padded_batch(batch_size, padded_shapes=shapes, padding_values=values, drop_remainder=drop_remainder)
+
+
+def read_arrays(out_dir: str | os.PathLike, length: Optional[int] = None,
+                keys: Optional[Iterable[str]] = None) -> dict:
+    """Every example of a (small) cache as numpy arrays [N, ...], sequence axes padded to `length`
+    (default: the longest example) with the cache's padding values: the padded layout, in memory."""
+    ds = padded_batch(read_sharded(out_dir, keys=keys), load_manifest(out_dir)["num_examples"],
+                      padding_values(out_dir), length=length)
+    return {k: v.numpy() for k, v in next(iter(ds)).items()}
+
+
+def pad_values_of(arrays: Mapping[str, np.ndarray], mask: np.ndarray) -> dict:
+    """{key: the one value each [N, T, ...] array holds where `mask` [N, T] is 0} (0 where the mask
+    has no padding); ConfigError if an array holds several there."""
+    padding = np.asarray(mask) == 0
+    out = {}
+    for key, arr in arrays.items():
+        values = np.unique(np.asarray(arr)[padding])
+        if values.size > 1:
+            raise ConfigError(f"{key!r} holds several values at padding positions ({values[:5].tolist()}); "
+                              "ragged storage needs one pad value")
+        out[key] = values[0].item() if values.size else 0
+    return out
 
 
 def subset(ds: tf.data.Dataset, keep: np.ndarray) -> tf.data.Dataset:

@@ -3,7 +3,8 @@ CRF teacher's k-best surrogates (`teachers/surrogates.py`), computed in the same
 to the same sharded cache.
 
 Per example, on top of `compute_window_outputs`' input_ids, attention_mask, label_ids, logits,
-hidden (all padded to max_seq_length, zeros past the length):
+hidden (computed padded to max_seq_length, zeros past the length; stored at the window's real
+length, and hidden only with `hidden=True`: no multi-grained loss reads it):
     kbest_tags  [K, T] uint8 (int32 when there are more than 255 tags), best first
     kbest_probs [K]    float32
     kbest_valid [K]    bool
@@ -20,7 +21,7 @@ from xtremedistil_tf.data.alignment import Windows
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.transfer.cache import write_sharded
 from xtremedistil_tf.teachers.crf_head import CRFTokenTeacher
-from xtremedistil_tf.transfer.outputs import compute_window_outputs, teacher_outputs_fn
+from xtremedistil_tf.transfer.outputs import compute_window_outputs, teacher_outputs_fn, window_layout
 from xtremedistil_tf.teachers.surrogates import SurrogateFn
 
 MAX_KBEST = 15  # the paper's sweep (Fig. 4) goes up to K=15
@@ -60,12 +61,14 @@ def add_surrogates(outputs: Dict[str, np.ndarray], surrogates: SurrogateFn,
 def write_multigrained_outputs(teacher: CRFTokenTeacher, windows: Windows, out_dir, k: int, fingerprint: dict, *,
                                layer: Optional[int] = None, shard_size: int = 1000, batch_size: int = 64,
                                hidden_dtype: str = "float16", progress: bool = True,
-                               overwrite: bool = False, distribution=None) -> dict:
+                               overwrite: bool = False, distribution=None, hidden: bool = False,
+                               logits_topk: int = 0) -> dict:
     """Run the CRF teacher over every window and cache its outputs and k-best surrogates.
 
     `layer`: the hidden_states index cached as `hidden` (default: the last layer). `k` (1..15) is
     added to the fingerprint, so a cache made with another K is never reused. Resumes a killed
-    run like `write_teacher_outputs`; returns the manifest.
+    run like `write_teacher_outputs`; returns the manifest. `hidden`, `hidden_dtype`, `logits_topk`:
+    as `write_teacher_outputs` (the surrogates are computed from the full logits either way).
     """
     if not isinstance(teacher, CRFTokenTeacher):
         raise ConfigError(f"multi-grained surrogates need a CRF teacher; got {type(teacher).__name__} "
@@ -76,9 +79,12 @@ def write_multigrained_outputs(teacher: CRFTokenTeacher, windows: Windows, out_d
     transitions = teacher.transitions.numpy()
 
     def compute_batch(start, end):
-        return add_surrogates(compute_window_outputs(run, windows, start, end), surrogates, transitions)
+        outputs = add_surrogates(compute_window_outputs(run, windows, start, end), surrogates, transitions)
+        return outputs if hidden else {key: v for key, v in outputs.items() if key != "hidden"}
 
-    dtypes = {"hidden": hidden_dtype, "kbest_tags": kbest_dtype(len(teacher.tag_vocab))}
+    keys = ["input_ids", "attention_mask", "label_ids", "logits", "kbest_tags", "marginals",
+            *(["hidden"] if hidden else [])]
+    layout = window_layout(windows, keys, hidden_dtype, logits_topk)
+    layout["dtypes"]["kbest_tags"] = kbest_dtype(len(teacher.tag_vocab))
     return write_sharded(out_dir, len(windows), compute_batch, shard_size=shard_size, batch_size=batch_size,
-                         fingerprint={**fingerprint, "kbest": k}, dtypes=dtypes, progress=progress,
-                         overwrite=overwrite)
+                         fingerprint={**fingerprint, "kbest": k}, progress=progress, overwrite=overwrite, **layout)

@@ -215,6 +215,10 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+# End to end through pipeline.run, so in the slow tier (CI runs it: Makefile CI_SLOW_TESTS); the default tier pins its
+# pieces: tests/test_multigrained.py (the k-best cache, CRF students trained on it, their save and reload) and
+# tests/test_crf_teacher.py (the CRF teacher).
+@pytest.mark.slow
 def test_multigrained_method_runs_end_to_end(tmp_path, toy_corpus, tiny_bert_dir):
     # BERT+CRF teacher -> k-best surrogates in the cache -> BiLSTM+CRF student -> Viterbi scores.
     cfg = toy_config(tmp_path / "work", toy_corpus, tiny_bert_dir)

@@ -29,7 +29,9 @@ demo: $(STAMP)
 	$(PY) bin/report --work_dir=runs/demo --summary
 
 # Lint first (ruff.toml says what is checked). Two workers, each file on one worker (its module fixtures are built once): the suite's time is
-# mostly single-threaded graph tracing, so two processes halve it on 2 cores (629 tests: 10m10s on a quiet machine).
+# mostly single-threaded graph tracing, so two processes halve it on 2 cores (703 tests: 1,045 s user CPU + 88 s system
+# under load, about 19 min of CPU; docs/benchmarks.md
+# "Test suite time"; 5 minutes quiet is the aim, issue 31 item 5).
 test: $(STAMP)
 	$(PY) -m ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" -q -n 2 --dist loadfile

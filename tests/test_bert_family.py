@@ -228,7 +228,7 @@ def roberta_run(tmp_path_factory, roberta_dir):
                                        layer=1, finetune=FinetuneConfig(epochs=2, batch_size=16, learning_rate=3e-3,
                                                                         progress=False)),
         student=DistilConfig(arch=StudentArch(embedding_dim=16, hidden=16), epochs_per_layer=2, patience=2,
-                             batch_size=16, learning_rate=2e-2, strategy="D2"),
+                             batch_size=16, learning_rate=2e-2, strategy="D2", run_eagerly=True),  # tiny: eager is cheaper
         transfer=pipeline.TransferConfig(shard_size=64, batch_size=32), progress=False)
     return work, pipeline.run(cfg)
 

@@ -103,8 +103,9 @@ def classification_run(tmp_path_factory, tiny_bert_dir):
                                                                       # trains with it, BERT-initialised
                                                                       head_learning_rate=None, head_init="bert",
                                                                       patience=10, progress=False))
+    # run_eagerly: tracing each unfreeze step's fresh model costs this tiny student more than it saves.
     student = DistilConfig(arch=StudentArch(embedding_dim=16, hidden=16), epochs_per_layer=3, patience=3,
-                           batch_size=32, learning_rate=2e-2, strategy="D4.1")
+                           batch_size=32, learning_rate=2e-2, strategy="D4.1", run_eagerly=True)
     cfg = pipeline.RunConfig(work_dir=str(tmp_path_factory.mktemp("work")), data=data, teacher=teacher,
                              student=student, transfer=pipeline.TransferConfig(shard_size=64, batch_size=32),
                              progress=False)

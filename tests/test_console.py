@@ -78,12 +78,16 @@ def tiny_run(tmp_path_factory, tiny_bert_dir):
     return result.stdout + result.stderr
 
 
+# tiny_run is a whole bin/train in a subprocess: the two tests that read its console are in the slow tier, and CI
+# runs them (Makefile CI_SLOW_TESTS). No default-tier test stands in for them.
+@pytest.mark.slow
 def test_a_run_shows_no_library_noise(tiny_run):
     for noise in NOISE:
         assert noise not in tiny_run, noise
     assert "Epoch 1/1" not in tiny_run and "Epoch 2/2" not in tiny_run  # Keras' per-fit-call counters
 
 
+@pytest.mark.slow
 def test_epoch_lines_count_the_steps_epochs(tiny_run):
     teacher = re.findall(r"^\[teacher\] epoch (\d)/(\d)  loss [\d.]+  dev F1 [\d.]+  \([0-9hms]+\)$", tiny_run, re.M)
     assert teacher == [("1", "2"), ("2", "2")]

@@ -28,9 +28,11 @@ def _table(tmp_path, toy_student_dir, variants):
     return lines, rows, by, NerServing.from_student_dir(work / "student").served_parameters()
 
 
+@pytest.mark.slow
 def test_formats_table_of_saved_model_bfloat16_and_onnx(tmp_path, toy_student_dir):
-    """The default tier's table: a TensorFlow row, a bfloat16 row (refused where the CPU lacks bfloat16
-    units) and an onnxruntime row; the slow test below has every variant."""
+    """Three rows: a TensorFlow row, a bfloat16 row (refused where the CPU lacks bfloat16 units) and an
+    onnxruntime row. In the slow tier, not in CI's subset: the full table below (which CI runs, Makefile
+    CI_SLOW_TESTS) has these rows among its own and asserts every line of this test on them."""
     variants = [("saved_model", "none"), ("saved_model", "bfloat16"), ("onnx", "none")]
     lines, rows, by, parameters = _table(tmp_path, toy_student_dir, variants)
     if cpu_has_bf16():

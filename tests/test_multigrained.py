@@ -344,6 +344,9 @@ def test_a_checkpoint_of_the_loop_before_the_engine_is_refused_in_one_line(data,
                            checkpoint=EpochCheckpoint(tmp_path / "checkpoint"))
 
 
+# A .keras and a SavedModel round trip of the trained CRF student: in the slow tier, and CI runs it (Makefile
+# CI_SLOW_TESTS); tests/test_export_formats.py's CRF student dir is the default tier's saved CRF student.
+@pytest.mark.slow
 def test_saved_student_reloads_with_identical_viterbi(teacher, data, runs, tmp_path):
     rule, tokenizer = teacher
     student = runs[2]

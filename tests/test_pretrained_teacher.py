@@ -288,7 +288,7 @@ def test_teacher_step_uses_the_checkpoint_as_it_is(token_checkpoint, corpus, tmp
 
 def test_empty_train_split_with_unlabeled_text(token_checkpoint, corpus, tmp_path):
     student = DistilConfig(arch=StudentArch(embedding_dim=8, hidden=8), epochs_per_layer=1, patience=1, batch_size=8,
-                           strategy="D2")
+                           strategy="D2", run_eagerly=True)  # tiny: eager is cheaper than tracing
     cfg = _run_config(tmp_path, corpus, token_checkpoint[0], "", student)
     work = pipeline.WorkDir(str(tmp_path))
     fingerprint = pipeline.step_teacher(work, cfg, pipeline.step_data(work, cfg))

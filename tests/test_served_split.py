@@ -63,6 +63,10 @@ def trained(tmp_path_factory, tiny_tokenizer):
     return student_dir, export_dir, test
 
 
+# End to end (train, save, export, serve, bin/evaluate twice): in the slow tier, and CI runs it (Makefile
+# CI_SLOW_TESTS). The default tier pins the pieces: tests/test_wordsplit.py (the split), tests/test_serving_offsets.py
+# (the served words and offsets), tests/test_export.py (served spans against the Keras student).
+@pytest.mark.slow
 def test_served_spans_equal_the_spans_evaluate_scores(trained, tiny_tokenizer):
     student_dir, export_dir, test = trained
     # The data has what the issue names: tokens the split divides, inside entities.

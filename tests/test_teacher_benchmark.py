@@ -48,6 +48,8 @@ def pretrained_tiny_bert(tmp_path_factory):
     return directory
 
 
+# bin/benchmark teacher end to end in a subprocess: in the slow tier, and CI runs it (Makefile CI_SLOW_TESTS).
+@pytest.mark.slow
 def test_benchmark_trains_both_on_the_same_data(tmp_path, pretrained_tiny_bert):
     write_conll(tmp_path / "train.txt", toy_ner_sentences(240, seed=1))
     write_conll(tmp_path / "dev.txt", toy_ner_sentences(40, seed=2))

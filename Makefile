@@ -44,15 +44,18 @@ test-slow: $(STAMP)
 # test stands in for (README "Tests"): runs killed with SIGKILL and resumed, the full formats table, a diverging
 # student through bin/train, bin/distil_lm end to end; and the end-to-end tests moved out of the default tier
 # for its 5 minutes (issue 31 item 5): a bin/train run's console, the multi-grained method through the pipeline,
-# a CRF student's save and reload, the served split from training to bin/evaluate, bin/benchmark teacher.
-# A file here runs only its slow tests (-m slow). test_formats_benchmark.py's three-row table is not here: the
-# full table asserts all it does.
+# a CRF student's save and reload, the served split from training to bin/evaluate, bin/benchmark teacher, the
+# classification and RoBERTa pipelines, the toy D4.2 runs, the multi-grained runs, the served tags against Keras
+# and predict.py's word decoding. A file here runs only its slow tests (-m slow). test_formats_benchmark.py's
+# three-row table is not here: the full table asserts all it does. Two workers, as `make test`.
 CI_SLOW_TESTS := tests/test_resume.py tests/test_formats_benchmark.py::test_formats_table_on_a_tiny_work_dir \
 	tests/test_silent_failures.py tests/test_subwords_cli.py tests/test_console.py tests/test_pipeline.py \
-	tests/test_multigrained.py tests/test_served_split.py tests/test_teacher_benchmark.py
+	tests/test_multigrained.py tests/test_served_split.py tests/test_teacher_benchmark.py \
+	tests/test_classification.py tests/test_bert_family.py tests/test_strategies.py tests/test_export.py \
+	tests/test_export_formats.py
 
 test-slow-ci: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -m slow -q $(CI_SLOW_TESTS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -m slow -q -n 2 --dist loadfile $(CI_SLOW_TESTS)
 
 clean-demo:
 	rm -rf runs/demo

@@ -233,6 +233,7 @@ def roberta_run(tmp_path_factory, roberta_dir):
     return work, pipeline.run(cfg)
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_roberta_teacher_runs_end_to_end(roberta_run):
     work, metrics = roberta_run
     assert metrics["teacher"]["scores"]["test"]["all"]["sentences"] == 12
@@ -247,6 +248,7 @@ def test_roberta_teacher_runs_end_to_end(roberta_run):
     assert load_tokenizer(str(work / "student" / "tokenizer")).add_prefix_space
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_roberta_student_evaluates_and_predicts_one_tag_per_word(roberta_run):
     work, metrics = roberta_run
     # bin/evaluate reloads the saved student and its BPE tokenizer: the pipeline's own test scores.
@@ -265,6 +267,7 @@ def test_roberta_student_evaluates_and_predicts_one_tag_per_word(roberta_run):
             assert entity["type"] in ("PER", "LOC") and 0 < entity["confidence"] <= 1
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_bin_export_refuses_a_byte_level_bpe_student(roberta_run, tmp_path):
     work, _ = roberta_run
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}

@@ -112,6 +112,7 @@ def classification_run(tmp_path_factory, tiny_bert_dir):
     return cfg, pipeline.run(cfg)
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_teacher_and_student_learn_the_texts_classes(classification_run):
     cfg, metrics = classification_run
     assert metrics["data"]["labels"] == ["none", "people", "places"]
@@ -124,6 +125,7 @@ def test_teacher_and_student_learn_the_texts_classes(classification_run):
     assert student["accuracy"] > 0.6 and student["f1"] > 0.6
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_cache_holds_sentence_level_targets(classification_run):
     cfg, _ = classification_run
     examples = list(read_sharded(os.path.join(cfg.work_dir, "transfer")).as_numpy_iterator())
@@ -131,6 +133,7 @@ def test_cache_holds_sentence_level_targets(classification_run):
     assert examples[0]["label_ids"].shape == () and examples[-1]["label_ids"] == NO_LABEL
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_staged_loop_ran_every_stage_with_dev_f1(classification_run):
     # D4.1 (three stages, one step each) keeps the end-to-end run short; the tagging tests train D4.2.
     cfg, _ = classification_run
@@ -149,6 +152,7 @@ def test_gradual_unfreezing_resolves_on_the_classifier():
         assert {"projection", "bilstm", "word_embedding"} < trainable
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_saved_classifier_reloads_with_keras_and_predicts_the_same(classification_run):
     cfg, metrics = classification_run
     student_dir = os.path.join(cfg.work_dir, "student")
@@ -163,6 +167,7 @@ def test_saved_classifier_reloads_with_keras_and_predicts_the_same(classificatio
     np.testing.assert_allclose(keras(batch)["probs"].numpy(), model(batch)["probs"].numpy(), atol=1e-6)
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_bin_evaluate_scores_both_models(classification_run):
     cfg, metrics = classification_run
     test = pipeline.load_data(pipeline.WorkDir(cfg.work_dir))["test"]
@@ -173,6 +178,7 @@ def test_bin_evaluate_scores_both_models(classification_run):
     assert "accuracy" in format_scores(student)
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_classifier_is_refused_by_the_tagging_export(classification_run):
     cfg, _ = classification_run
     with pytest.raises(ConfigError, match="sentence classifier"):
@@ -189,6 +195,7 @@ def test_crf_teacher_head_is_refused_for_classification(tmp_path, tiny_bert_dir)
         pipeline.run(cfg)
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_bin_evaluate_refuses_data_of_the_other_task(classification_run):
     cfg, _ = classification_run
     tagged = [Sentence(["john", "is"], ["B-PER", "O"])]

@@ -193,6 +193,7 @@ def test_transformer_student_runs_in_windows(tiny_tokenizer, tiny_tokenizer_dir)
     assert validate_tags(served, "IOB2") is None
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_served_tags_are_valid_and_equal_the_argmax_where_it_is_valid(tiny_tokenizer, tiny_tokenizer_dir, tmp_path):
     """The export decodes a softmax student under its tag scheme by default: no text gets `O I-PER`, a text
     whose argmax is valid gets exactly the argmax, and the tags are those bin/evaluate decodes."""

@@ -176,6 +176,7 @@ def test_crf_student_is_decoded_by_numpy_viterbi(crf_student_dir, crf_serving, t
     assert _spans(predictor.predict(texts)) == _spans(_serving_entities(serving, texts))
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_predict_py_decodes_words_under_the_scheme_like_the_saved_model(tiny_tokenizer, tiny_tokenizer_dir, tmp_path):
     """A softmax student whose argmax breaks IOB2: predict.py's NumPy word decoding (export.json "decode":
     constrained) gives the SavedModel graph's entities, which differ from the argmax's."""

@@ -198,6 +198,7 @@ def runs(teacher, data, tmp_path_factory):
     return vanilla, vanilla_history, distilled, history, log_dir
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_surrogates_on_unlabeled_text_beat_the_few_labels(teacher, data, runs):
     rule, tokenizer = teacher
     vanilla, vanilla_history, distilled, history, _ = runs
@@ -212,6 +213,7 @@ def test_surrogates_on_unlabeled_text_beat_the_few_labels(teacher, data, runs):
     assert vanilla_history.best_epoch > 0 and vanilla_history.epochs[-1]["dev_loss"] is None
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_uncertainty_lambdas_are_learned_and_logged(runs):
     history = runs[3]
     lambdas = history.lambdas()
@@ -224,6 +226,7 @@ def test_uncertainty_lambdas_are_learned_and_logged(runs):
     assert all(e["dev_f1"] is not None for e in history.epochs)
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_tensorboard_gets_every_loss_lambda_and_rate_per_epoch(runs):
     history = runs[3]
     scalars = read_scalars(runs[4])

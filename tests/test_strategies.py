@@ -128,6 +128,7 @@ def test_unknown_strategy_names_the_choices():
         get_strategy("D5")
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_toy_d42_run_follows_paper_order_and_beats_chance(toy):
     student = _student(toy)
     config = _config(toy, epochs_per_layer=1)
@@ -194,6 +195,7 @@ class _Counter(tf.keras.callbacks.Callback):
         self.batches += 1
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_strategies_beginning_alike_train_their_shared_stage_once(toy, tmp_path):
     """D4.1 after D3.1 with one SharedStages starts from D3.1's representation stage and ends as a
     D4.1 that trained it itself; another key or other stages take nothing."""

@@ -34,7 +34,6 @@ from xtremedistil_tf.crf.ops import allowed_transitions
 from xtremedistil_tf.data.alignment import CLS_TAG, SEP_TAG, TagVocab
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
-from xtremedistil_tf.losses.reduce import masked_mean
 from xtremedistil_tf.losses.sequence import labeled_rows
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, recipe_for
 from xtremedistil_tf.teachers.model import TokenTeacher, load_encoder, load_tokenizer
@@ -113,8 +112,8 @@ class CRFTokenTeacher(TokenTeacher):
         """Mean CRF NLL of label_ids over the labeled windows of `batch` (input_ids,
         attention_mask, label_ids [B, T]); unlabeled windows (PAD tags inside the length) are skipped."""
         lengths = tf.reduce_sum(tf.cast(batch["attention_mask"], tf.int32), axis=1)
-        nll = -self.crf.log_likelihood(self.potentials(batch, training), batch["label_ids"], lengths)
-        return masked_mean(nll, labeled_rows(batch["label_ids"], batch["attention_mask"], self.tag_vocab.pad_id))
+        return self.crf.nll(self.potentials(batch, training), batch["label_ids"], lengths,
+                            rows=labeled_rows(batch["label_ids"], batch["attention_mask"], self.tag_vocab.pad_id))
 
     def predict_tags_fn(self):
         """Viterbi tags [B, T] int32 as one compiled function for any batch size and length."""

@@ -20,8 +20,7 @@ from xtremedistil_tf.engine.loop import Engine, FitOptions, GroupsStep, replica_
 from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint
 from xtremedistil_tf.engine.schedules import warmup_adamw
 from xtremedistil_tf.engine.tensorboard import ScalarLog, current_learning_rate
-from xtremedistil_tf.losses.sequence import labeled_rows
-from xtremedistil_tf.losses.xtremedistil import label_mask
+from xtremedistil_tf.losses import registry
 
 
 _LAYER_RE = re.compile(r"layer_\._(\d+)/")
@@ -212,12 +211,8 @@ def loss_count(teacher, batch) -> tf.Tensor:
     """What `teacher.loss(batch)` averages over: labeled pieces (token head), labeled windows (CRF
     head), labeled texts (sentence classes, label_ids [B]). A replica's share of the global
     batch's count weights its loss under a distribution strategy."""
-    pad_id = teacher.tag_vocab.pad_id
-    if batch["label_ids"].shape.rank == 1:
-        return tf.reduce_sum(tf.cast(tf.not_equal(batch["label_ids"], pad_id), tf.float32))
-    if hasattr(teacher, "crf"):
-        return tf.reduce_sum(tf.cast(labeled_rows(batch["label_ids"], batch["attention_mask"], pad_id), tf.float32))
-    return tf.reduce_sum(label_mask(batch["label_ids"], batch["attention_mask"], pad_id))
+    entry = registry.get(teacher.LOSS)
+    return entry.count(entry.mask(batch, teacher.tag_vocab.pad_id))
 
 
 def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.ndarray:

@@ -93,9 +93,9 @@ class FitOptions:
 
 
 class Engine:
-    """The epochs of one run: `fit(step, FitOptions(...))` trains a method's step for some epochs (the staged loop calls
-    it once per unfreeze step), `save` marks a boundary between fits, `restore` loads a killed
-    run's last checkpoint when no fit is left to take it.
+    """The epochs of one run: `fit(step, FitOptions(...))` trains a method's step for some epochs
+    (the staged loop calls it once per unfreeze step), `save` marks a boundary between fits,
+    `restore` loads a killed run's last checkpoint when no fit is left to take it.
 
     `checkpoint`: where the run's checkpoints go (None: nowhere); `position` is what the latest one
     holds (None for a fresh run) until a `fit` or `restore` has loaded it. `name` starts the epoch
@@ -142,8 +142,8 @@ class Engine:
         (FitOptions). Returns the tracker: every epoch's dev loss (-score; train loss without
         either), the best one; the best weights are left in `options.target` (the step itself when None)."""
         o = options
-        target, score, score_name, objects = step if o.target is None else o.target, o.score, o.score_name, dict(o.objects)
-        state = o.state or {}
+        target = step if o.target is None else o.target
+        score, score_name, objects, state = o.score, o.score_name, dict(o.objects), o.state or {}
         if self.distribution is not None:
             # Metric results are already over all replicas (Keras merges them); summing them again
             # over replicas would multiply the logged losses by R.

@@ -384,6 +384,32 @@ def test_empty_batch_and_zero_time():
         assert ops.crf_nll_loss(pots, tags, lengths, trans).numpy() == 0.0
 
 
+def test_nll_loss_is_the_mean_nll_over_the_weighted_rows():
+    """The one CRF NLL: bit for bit the batch mean it was, and the masked mean over `rows` that the
+    CRF teacher and L_hard computed themselves before they called it (values and gradients)."""
+    rng = np.random.default_rng(3)
+    pots = tf.constant(rng.normal(size=[4, 5, 3]).astype(np.float32))
+    trans = tf.constant(rng.normal(size=[3, 3]).astype(np.float32))
+    tags, lengths = rng.integers(0, 3, [4, 5]).astype(np.int32), np.array([5, 3, 0, 2], np.int32)
+    rows = np.array([True, False, True, True])
+
+    def losses(pots):
+        nll = -ops.crf_log_likelihood(pots, tags, lengths, trans)
+        weights = tf.cast(rows, tf.float32)
+        return [(ops.crf_nll_loss(pots, tags, lengths, trans),
+                 tf.math.divide_no_nan(tf.reduce_sum(nll), tf.cast(tf.size(nll), tf.float32))),
+                (ops.crf_nll_loss(pots, tags, lengths, trans, rows=rows),
+                 tf.math.divide_no_nan(tf.reduce_sum(nll * weights), tf.reduce_sum(weights)))]
+
+    for index in range(2):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(pots)
+            ours, before = losses(pots)[index]
+        assert ours.numpy() == before.numpy()
+        np.testing.assert_array_equal(tape.gradient(ours, pots), tape.gradient(before, pots))
+    assert ops.crf_nll_loss(pots, tags, lengths, trans, rows=np.zeros(4)).numpy() == 0.0
+
+
 def test_user_errors_are_clear():
     pots = np.zeros([1, 2, 3], np.float32)
     with pytest.raises(ConfigError, match="k must be"):

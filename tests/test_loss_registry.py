@@ -7,10 +7,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO
+from conftest import REPO, TOY_LABELS
 from test_sequence_losses import _enumerate
+from xtremedistil_tf.crf import ops
 from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.reduce import masked_mean
+from xtremedistil_tf.teachers.classifier import build_sequence_teacher
+from xtremedistil_tf.teachers.crf_head import build_crf_teacher
+from xtremedistil_tf.teachers.finetune import loss_count
+from xtremedistil_tf.teachers.model import build_teacher
 
 B, T, N, H = 3, 4, 3, 5
 LENGTHS = np.array([4, 2, 3])
@@ -151,6 +156,13 @@ def _minilm_v2():
     return student, teacher, REAL, expected
 
 
+def _class_ce():
+    scores, labels = _normal(B, N), RNG.integers(0, N, B)
+    mask = np.array([1.0, 0.0, 1.0], np.float32)  # a text without a label
+    picked = np.take_along_axis(_log_softmax(scores), labels[:, None], -1)[:, 0]
+    return scores, labels, mask, _mean(-picked, mask)
+
+
 def _variable_mse():
     projected, target = _normal(4, 6), _normal(4, 6, scale=2.0)
     return projected, target, None, ((projected - target) ** 2).mean()
@@ -166,7 +178,8 @@ CASES = {"ce": _ce, "logits": _mse(N), "representation/mse": _mse(H), "represent
          "token_em/ce": _token_em("ce"), "token_em/kl": _token_em("kl"),
          "token_pos/ce": _token_pos("ce"), "token_pos/kl": _token_pos("kl"),
          "hidden_states": _hidden_states, "minilm_v2": _minilm_v2,
-         "shared_projection/down": _variable_mse, "shared_projection/up": _variable_mse, "mlm": _mlm}
+         "shared_projection/down": _variable_mse, "shared_projection/up": _variable_mse, "mlm": _mlm,
+         "teacher_token_ce": _ce, "teacher_crf_nll": _hard, "teacher_class_ce": _class_ce}
 
 
 def test_every_entry_has_a_case():
@@ -200,11 +213,46 @@ def test_counts_are_the_positions_or_rows_the_losses_average_over():
 def test_lookups_and_variants():
     assert registry.names(registry.XTREMEDISTIL) == ("ce", "logits", "representation")
     assert registry.names(registry.MULTI_GRAINED) == ("hard", "seq_ce", "seq_fuzzy", "token_em", "token_pos")
+    assert registry.names(registry.TEACHERS) == ("teacher_token_ce", "teacher_crf_nll", "teacher_class_ce")
     assert registry.variants("token_em") == ("ce", "kl") and registry.variants("representation") == ("mse", "kld")
     assert registry.get("representation").key == "representation/mse"
     assert registry.get("token_pos", "kl").key == "token_pos/kl" and registry.get("hard", "kl").key == "hard"
     with pytest.raises(ValueError, match="unknown loss 'nope'; known losses ce, logits"):
         registry.get("nope")
+
+
+def test_each_teacher_trains_on_its_entry(tiny_bert_dir):
+    """Each teacher head's fine-tuning loss (`teacher.loss`, what teachers/finetune.py minimises) is
+    the registry entry its `LOSS` names, over that entry's positions, and `loss_count` (what a replica's
+    share weights under tf.distribute) counts them: labeled pieces, labeled windows, labeled texts."""
+    tf.keras.utils.set_random_seed(0)
+    directory = str(tiny_bert_dir)
+    lengths = np.array([6, 4, 5])
+    real = (np.arange(6)[None] < lengths[:, None]).astype(np.int32)
+    ids = np.where(real > 0, RNG.integers(8, 30, real.shape), 0).astype(np.int32)
+    token, _ = build_teacher(directory, TOY_LABELS, max_seq_length=16, random_init=True)
+    crf, _ = build_crf_teacher(directory, TOY_LABELS, "IOB2", max_seq_length=16, random_init=True)
+    classifier, _ = build_sequence_teacher(directory, ["pos", "neg"], max_seq_length=16, random_init=True)
+    assert (token.LOSS, crf.LOSS, classifier.LOSS) == ("teacher_token_ce", "teacher_crf_nll", "teacher_class_ce")
+
+    tags = np.where(real > 0, RNG.integers(0, len(TOY_LABELS), real.shape), token.tag_vocab.pad_id).astype(np.int32)
+    tags[1, 2] = token.tag_vocab.pad_id  # an unlabeled piece: row 1 is an unlabeled window
+    batch = {"input_ids": ids, "attention_mask": real, "label_ids": tags}
+    counted = real * (tags != token.tag_vocab.pad_id)
+    picked = np.take_along_axis(_log_softmax(token(batch).numpy()), tags[..., None], -1)[..., 0]
+    assert float(token.loss(batch)) == pytest.approx(_mean(-picked, counted), rel=1e-5)
+    assert float(loss_count(token, batch)) == counted.sum()
+
+    potentials = crf.potentials(batch)
+    nll = -ops.crf_log_likelihood(potentials, tags, lengths, crf.transitions).numpy()
+    assert float(crf.loss(batch)) == pytest.approx(nll[[0, 2]].mean(), rel=1e-5)
+    assert float(loss_count(crf, batch)) == 2
+
+    labels = np.array([0, classifier.tag_vocab.pad_id, 1], np.int32)  # the second text has no label
+    texts = {**batch, "label_ids": labels}
+    picked = np.take_along_axis(_log_softmax(classifier(texts).numpy()), np.maximum(labels, 0)[:, None], -1)[:, 0]
+    assert float(classifier.loss(texts)) == pytest.approx(-picked[[0, 2]].mean(), rel=1e-5)
+    assert float(loss_count(classifier, texts)) == 2
 
 
 def test_every_entry_names_a_test_that_exists():

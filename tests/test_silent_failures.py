@@ -27,7 +27,7 @@ from test_work_dir_safety import make_corpus
 
 from xtremedistil_tf.benchmarks.registry import BENCHMARKS
 from xtremedistil_tf.data.loading import DataConfig
-from xtremedistil_tf.engine.loop import Engine
+from xtremedistil_tf.engine.loop import Engine, FitOptions
 from xtremedistil_tf.errors import ConfigError, DataFormatError, TrainingDiverged, WorkDirError
 from xtremedistil_tf.io import atomic_write_json
 from xtremedistil_tf.run import pipeline
@@ -88,7 +88,7 @@ def test_the_engine_stops_on_a_dev_loss_that_is_no_longer_finite():
     train = tf.data.Dataset.from_tensor_slices((x, np.ones((4, 1), np.float32))).batch(4)
     dev = tf.data.Dataset.from_tensor_slices((x, np.full((4, 1), np.nan, np.float32))).batch(4)
     with pytest.raises(TrainingDiverged) as info:
-        Engine(name="toy").fit(model, model, lambda seed, epoch: train, dev, 3, objects={}, baseline=False)
+        Engine(name="toy").fit(model, FitOptions(lambda seed, epoch: train, 3, dev=dev, baseline=False))
     assert str(info.value).startswith("step toy: the dev loss became nan in epoch 1; nothing of the step was kept")
     info.value.step = "ablate/D0"
     assert str(info.value).startswith("step ablate/D0 (toy): the dev loss became nan in epoch 1;")

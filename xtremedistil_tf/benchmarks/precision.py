@@ -61,8 +61,7 @@ def student_step() -> Callable[[], tf.Tensor]:
     def step():
         with tf.GradientTape() as tape:
             potentials = student({k: batch[k] for k in ("input_ids", "attention_mask")}, training=True)["potentials"]
-            loss = -tf.reduce_mean(ops.crf_log_likelihood(potentials, batch["label_ids"], lengths,
-                                                          crf.transitions)[0])
+            loss = ops.crf_nll_loss(potentials, batch["label_ids"], lengths, crf.transitions)
         optimizer.minimize(loss, student.trainable_variables, tape=tape)
         return loss
 

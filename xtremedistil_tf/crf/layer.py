@@ -125,9 +125,9 @@ class CRF(tf.keras.layers.Layer):
         """[B] log p(tags) of potentials returned by call()."""
         return ops.crf_log_likelihood(potentials, tags, lengths, self.transitions)
 
-    def nll(self, potentials, tags, lengths):
-        """Mean negative log-likelihood (scalar)."""
-        return ops.crf_nll_loss(potentials, tags, lengths, self.transitions)
+    def nll(self, potentials, tags, lengths, rows=None):
+        """Mean negative log-likelihood over the rows (scalar; `rows`: see ops.crf_nll_loss)."""
+        return ops.crf_nll_loss(potentials, tags, lengths, self.transitions, rows)
 
     def decode(self, potentials, lengths):
         """Viterbi: (tags [B, T] int32, scores [B])."""

@@ -172,10 +172,16 @@ def crf_log_likelihood(potentials, tags, lengths, transitions):
     )
 
 
-def crf_nll_loss(potentials, tags, lengths, transitions):
-    """Mean negative log-likelihood over the batch (a scalar; 0 for an empty batch)."""
+def crf_nll_loss(potentials, tags, lengths, transitions, rows=None):
+    """The CRF negative log-likelihood of `tags`, -log p(tags | x), averaged over the rows: every
+    CRF loss of the package (the CRF layer's, the CRF teacher's, a CRF student's L_hard) is this one.
+
+    `rows` [B] (bool or float; None: every row) weights each row's NLL: the mean is
+    sum(nll * rows) / sum(rows), e.g. over the labeled rows only. A scalar float32, 0 when no row
+    counts (an empty batch)."""
     nll = -crf_log_likelihood(potentials, tags, lengths, transitions)
-    return tf.math.divide_no_nan(tf.reduce_sum(nll), tf.cast(tf.size(nll), tf.float32))
+    rows = tf.ones_like(nll) if rows is None else tf.cast(rows, tf.float32)
+    return tf.math.divide_no_nan(tf.reduce_sum(nll * rows), tf.reduce_sum(rows))
 
 
 def crf_marginals(potentials, lengths, transitions):

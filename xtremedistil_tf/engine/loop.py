@@ -2,7 +2,9 @@
 KD, KD-NAS distillation, subwords dual training).
 
 A method supplies its step as a Keras `Model` whose `train_step`/`test_step` compute its loss (and a
-compiled optimizer, or its own optimizer groups: `apply_groups`); the engine owns the rest:
+compiled optimizer, or its own optimizer groups: `apply_groups`), and a `FitOptions` saying what to
+train and keep: `engine.fit(step, FitOptions(train_for, epochs, target=student, ...))`. The engine
+owns the rest:
 - each epoch's seed, `epoch_seed(seed, *where, epoch)`: the data order (`train_for(seed)` gives the
   epoch's batches) and the dropout streams (`reseed_epoch`) are functions of it alone;
 - best-so-far selection on the dev loss (`BestSoFar`; the starting weights compete, `patience` epochs
@@ -18,7 +20,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
@@ -51,10 +54,48 @@ class _StopOnInterrupt(tf.keras.callbacks.Callback):
         raise_if_interrupted()
 
 
+@dataclass(frozen=True)
+class FitOptions:
+    """What one `Engine.fit` trains and keeps, besides the step (the Keras model it fits).
+
+    What to train: `train_for(seed, epoch)` gives an epoch's batches (epoch 0-based, counted
+    within this fit); `epochs` of them, each at most `steps_per_epoch` batches (None: the whole
+    dataset); `reseed`: every model whose dropout is reseeded each epoch (None: `target` only; give
+    them all when there are others with dropout, e.g. a teacher trained alongside).
+    What to keep: `target` is the model whose weights are selected (None: the step itself). It is
+    an option, not part of the step, because the step is any Keras model whose `train_step`
+    computes the method's loss, often a wrapper around the student; which weights the fit keeps is
+    the caller's choice. `dev`: batches whose `step.evaluate` loss selects the epoch; `score()`:
+    selects instead, higher is better (dev F1, recorded in each epoch's log as `score_name`);
+    with neither, no selection: the last epoch's weights stay. The starting weights compete unless
+    `baseline` is False; `patience` epochs without improvement stop the fit (None: never).
+    Checkpoints: `objects` is what a checkpoint holds besides the best weights (the student, the
+    optimizers); `state` the caller's JSON-able position saved with it; `where` the caller's
+    position in the run (e.g. stage, step), which each epoch's seed also depends on
+    (`epoch_seed(seed, *where, epoch)`); `context` names it in the epoch lines and messages.
+    `after_epoch(epoch, log)`: called with each epoch's log (1-based epoch), e.g. TensorBoard scalars."""
+
+    train_for: Callable[[int, int], tf.data.Dataset]
+    epochs: int
+    target: Optional[tf.keras.Model] = None
+    dev: Optional[tf.data.Dataset] = None
+    steps_per_epoch: Optional[int] = None
+    reseed: Optional[Sequence[tf.keras.Model]] = None
+    score: Optional[Callable[[], float]] = None
+    score_name: str = "dev_f1"
+    baseline: bool = True
+    patience: Optional[int] = None
+    objects: Mapping[str, object] = field(default_factory=dict)
+    state: Optional[dict] = None
+    where: Sequence[int] = ()
+    context: str = ""
+    after_epoch: Optional[Callable[[int, Dict[str, float]], None]] = None
+
+
 class Engine:
-    """The epochs of one run: `fit` trains a method's model for some epochs (the staged loop calls
-    it once per unfreeze step), `save` marks a boundary between fits, `restore` loads a killed
-    run's last checkpoint when no fit is left to take it.
+    """The epochs of one run: `fit(step, FitOptions(...))` trains a method's step for some epochs
+    (the staged loop calls it once per unfreeze step), `save` marks a boundary between fits,
+    `restore` loads a killed run's last checkpoint when no fit is left to take it.
 
     `checkpoint`: where the run's checkpoints go (None: nowhere); `position` is what the latest one
     holds (None for a fresh run) until a `fit` or `restore` has loaded it. `name` starts the epoch
@@ -95,56 +136,47 @@ class Engine:
         self.checkpoint.save({**objects, **({"best": self._best} if self._best is not None else {})},
                              {**state, "step": tracker.state() if tracker else None, "epochs": self.epochs})
 
-    def fit(self, model: tf.keras.Model, target: tf.keras.Model, train_for: Callable[[int, int], tf.data.Dataset],
-            dev: Optional[tf.data.Dataset], epochs: int, *, objects: Dict[str, object], state: Optional[dict] = None,
-            where: Sequence[int] = (), patience: Optional[int] = None, context: str = "",
-            steps_per_epoch: Optional[int] = None, reseed: Optional[Sequence[tf.keras.Model]] = None,
-            score: Optional[Callable[[], float]] = None, score_name: str = "dev_f1", baseline: bool = True,
-            after_epoch: Optional[Callable[[int, Dict[str, float]], None]] = None) -> BestSoFar:
-        """Train the compiled `model` for `epochs` epochs (fewer when patience stops it); `target` is
-        the model whose weights are selected and whose dropout is reseeded (`reseed`: every model
-        with dropout, when there are others, e.g. a teacher trained alongside). `train_for(seed, epoch)`:
-        an epoch's batches (epoch 0-based, counted within this fit); `dev`: batches whose `model.evaluate` loss selects the epoch (None: no
-        selection, the last epoch's weights stay). `objects`: what a checkpoint holds besides the
-        best weights (the student, the optimizers); `state`: the caller's position saved with it.
-        `score()`: selects instead of the dev loss, higher is better (dev F1, recorded in each epoch's
-        log as `score_name`); the starting weights compete unless `baseline` is False.
-        `after_epoch(epoch, log)`: called with each epoch's log (1-based epoch), e.g. TensorBoard scalars.
-        Returns the tracker: every epoch's dev loss (-score; train loss without either), the best one."""
-        state = state or {}
+    def fit(self, step: tf.keras.Model, options: FitOptions) -> BestSoFar:
+        """Train the compiled `step` (the method's Keras model: its `train_step`/`test_step` compute
+        the loss) for `options.epochs` epochs (fewer when patience stops it), as `options` says
+        (FitOptions). Returns the tracker: every epoch's dev loss (-score; train loss without
+        either), the best one; the best weights are left in `options.target` (the step itself when None)."""
+        o = options
+        target = step if o.target is None else o.target
+        score, score_name, objects, state = o.score, o.score_name, dict(o.objects), o.state or {}
         if self.distribution is not None:
             # Metric results are already over all replicas (Keras merges them); summing them again
             # over replicas would multiply the logged losses by R.
-            model.distribute_reduction_method = "first"
-        selects = dev is not None or score is not None
+            step.distribute_reduction_method = "first"
+        selects = o.dev is not None or score is not None
         if selects and self.checkpoint.enabled and self._best is None:
             self._best = WeightsSlot(target.get_weights())
         resumed = self.restore({**objects, **({"best": self._best} if self._best is not None else {})})
-        dev = self._shard(dev)
+        dev = self._shard(o.dev)
         if resumed:
-            tracker = BestSoFar.from_state(resumed, patience, self._best.numpy() if self._best else None)
-        elif selects and baseline:
-            initial = -score() if score else float(model.evaluate(dev, verbose=0, return_dict=True)["loss"])
-            tracker = BestSoFar(patience, baseline=initial, weights=target.get_weights())
+            tracker = BestSoFar.from_state(resumed, o.patience, self._best.numpy() if self._best else None)
+        elif selects and o.baseline:
+            initial = -score() if score else float(step.evaluate(dev, verbose=0, return_dict=True)["loss"])
+            tracker = BestSoFar(o.patience, baseline=initial, weights=target.get_weights())
         else:
-            tracker = BestSoFar(patience)
-        for epoch in range(len(tracker.values), epochs):
+            tracker = BestSoFar(o.patience)
+        for epoch in range(len(tracker.values), o.epochs):
             if tracker.stopped:
                 break
-            seed = epoch_seed(self.seed, *where, epoch)
-            reseed_epoch(reseed or [target], seed)
+            seed = epoch_seed(self.seed, *o.where, epoch)
+            reseed_epoch(o.reseed or [target], seed)
             started = time.time()
             # One fit call per epoch (for exact resume): Keras' own "Epoch k/k" lines would mislead,
             # so the bar and the epoch line are the engine's, counted over this fit's epochs.
-            label = f"{context + ' ' if context else ''}epoch {epoch + 1}/{epochs}"
+            label = f"{o.context + ' ' if o.context else ''}epoch {epoch + 1}/{o.epochs}"
             bar = [BatchBar(f"[{self.name}] {label}")] if self.verbose else []
-            logs = model.fit(self._shard(train_for(seed, epoch)), validation_data=dev, initial_epoch=epoch,
-                             epochs=epoch + 1, steps_per_epoch=steps_per_epoch,
-                             callbacks=self.callbacks + bar + [_StopOnInterrupt()],
-                             verbose=0).history
+            logs = step.fit(self._shard(o.train_for(seed, epoch)), validation_data=dev, initial_epoch=epoch,
+                            epochs=epoch + 1, steps_per_epoch=o.steps_per_epoch,
+                            callbacks=self.callbacks + bar + [_StopOnInterrupt()],
+                            verbose=0).history
             loss = logs["loss"][-1]
             record = {k: float(v[-1]) for k, v in logs.items()}
-            at = f"{epoch + 1}{f' ({context})' if context else ''}"   # the epoch, for a divergence's message
+            at = f"{epoch + 1}{f' ({o.context})' if o.context else ''}"   # the epoch, for a divergence's message
             check_finite_loss(record, self.name, at)
             if score is not None:
                 record[score_name] = float(score())
@@ -153,10 +185,10 @@ class Engine:
             value = -record[score_name] if score else record.get("val_loss", loss)
             tracker.update(value, target.get_weights if selects else lambda: None)
             seconds = time.time() - started
-            log.info(epoch_line(self.name, epoch + 1, epochs, seconds, context, loss=loss,
+            log.info(epoch_line(self.name, epoch + 1, o.epochs, seconds, o.context, loss=loss,
                                 dev_loss=record.get("val_loss"), **({score_name: record[score_name]} if score else {})))
-            if after_epoch is not None:
-                after_epoch(epoch + 1, record)
+            if o.after_epoch is not None:
+                o.after_epoch(epoch + 1, record)
             self.epochs.append({**record, "seconds": round(seconds, 1)})
             self.save(objects, state, tracker)
         if tracker.best_weights is not None:

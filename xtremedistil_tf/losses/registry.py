@@ -7,7 +7,8 @@ tf.distribute). Every function is called `fn(prediction, target, mask)`; an entr
 outputs or targets gets them as tuples in the order listed. All reduce with `reduce.masked_mean`.
 
 The staged XtremeDistil loop and the multi-grained loop look their losses up with `get(name, variant)`
-(variants: representation mse | kld, token_em / token_pos ce | kl). Regenerate the docs with
+(variants: representation mse | kld, token_em / token_pos ce | kl); each teacher's fine-tuning loss is the
+entry its `LOSS` names. Regenerate the docs with
 `python -m xtremedistil_tf.losses.registry > docs/equations.md` (tests/test_loss_registry.py checks them).
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ XTREMEDISTIL = "XtremeDistil (Mukherjee & Awadallah, ACL 2020)"
 MULTI_GRAINED = "Multi-grained KD (Zhou et al., NAACL 2021)"
 KD_NAS = "KD-NAS (Trivedi et al., 2023)"
 SUBWORDS = "Optimal subwords and shared projections (Zhao et al., 2019)"
+TEACHERS = "Teacher fine-tuning (the teachers' own losses, before distillation)"
 CRF_OUTPUT = ("potentials", "transitions")
 KBEST = ("kbest_tags", "kbest_probs", "kbest_valid")
 
@@ -46,13 +48,23 @@ def teacher_trained_tokens(batch, pad_id: int) -> tf.Tensor:
     return xtremedistil.teacher_mask(batch, batch["attention_mask"])
 
 
+def labeled_row_tokens(batch, pad_id: int) -> tf.Tensor:
+    """real tokens of the labeled rows (rows whose real tokens all carry a label)"""
+    labeled = sequence.labeled_rows(batch["label_ids"], batch["attention_mask"], pad_id)
+    return real_tokens(batch, pad_id) * tf.cast(labeled, tf.float32)[:, None]
+
+
 def rows_with_target(batch, pad_id: int) -> tf.Tensor:
     """real tokens of the rows with a target (every row when the batch has the teacher's k-best paths:
     unlabeled rows learn its top-1 path; else the labeled rows)"""
     if "kbest_tags" in batch:
         return real_tokens(batch, pad_id)
-    labeled = sequence.labeled_rows(batch["label_ids"], batch["attention_mask"], pad_id)
-    return real_tokens(batch, pad_id) * tf.cast(labeled, tf.float32)[:, None]
+    return labeled_row_tokens(batch, pad_id)
+
+
+def labeled_texts(batch, pad_id: int) -> tf.Tensor:
+    """texts with a label (label_ids [B] not NO_LABEL)"""
+    return tf.cast(tf.not_equal(batch["label_ids"], pad_id), tf.float32)
 
 
 def positions(mask) -> tf.Tensor:
@@ -95,6 +107,7 @@ def _pick(values, keys):
 _XD_TESTS = "tests/test_xtremedistil_losses.py::"
 _SEQ_TESTS = "tests/test_sequence_losses.py::"
 _PROJECTION_TEST = "tests/test_shared_projection.py::test_loss_equals_the_sum_of_per_variable_mse_of_u_x_v"
+_TEACHER_TEST = "tests/test_loss_registry.py::test_each_teacher_trains_on_its_entry"
 ENTRIES = (
     Loss("ce", None, XTREMEDISTIL, "Eq. 2", ("scores",), ("label_ids",), xtremedistil.cross_entropy,
          _XD_TESTS + "test_cross_entropy_matches_numpy_and_skips_pad_labels", labeled_tokens),
@@ -134,6 +147,14 @@ ENTRIES = (
     Loss("mlm", None, SUBWORDS, "Eq. 3", ("MLM logits",), ("masked piece ids",), xtremedistil.cross_entropy,
          "tests/test_subwords_models.py::test_masked_positions_use_the_softmax_of_their_vocabulary",
          mean_over="masked positions"),
+    # The teachers' fine-tuning losses (teachers/: each teacher's `LOSS` names its entry).
+    Loss("teacher_token_ce", None, TEACHERS, "standard fine-tuning (the softmax token teacher)", ("logits",),
+         ("label_ids",), xtremedistil.cross_entropy, _TEACHER_TEST, labeled_tokens),
+    Loss("teacher_crf_nll", None, TEACHERS, "standard fine-tuning: CRF NLL of the gold tags, Eq. 7's form (the "
+         "BERT+CRF teacher of Multi-grained KD, Sec. 5.2)", CRF_OUTPUT, ("label_ids",), sequence.hard_loss,
+         _TEACHER_TEST, labeled_row_tokens, rows),
+    Loss("teacher_class_ce", None, TEACHERS, "standard fine-tuning (the classifier teacher of XtremeDistil, Sec. 6.6)",
+         ("logits",), ("label_ids",), xtremedistil.cross_entropy, _TEACHER_TEST, labeled_texts),
 )
 LOSSES: Dict[str, Loss] = {entry.key: entry for entry in ENTRIES}
 

@@ -87,7 +87,7 @@ def hard_loss(prediction, tags, mask):
     teacher's top-1 path, `kbest_tags[:, 0]`, for unlabeled data) over the rows with a counted
     position. Returns a scalar."""
     potentials, transitions, lengths = _crf(prediction, mask)
-    return masked_mean(-ops.crf_log_likelihood(potentials, tags, lengths, transitions), row_mask(mask))
+    return ops.crf_nll_loss(potentials, tags, lengths, transitions, rows=row_mask(mask))
 
 
 def kbest_student_log_probs(student_potentials, lengths, transitions, kbest_tags):

@@ -42,7 +42,7 @@ from xtremedistil_tf.students.models import StudentArch
 from xtremedistil_tf.transfer.cache import padded_batch
 from xtremedistil_tf.transfer.multigrained import check_kbest
 from xtremedistil_tf.engine.distribute import scope_of
-from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
+from xtremedistil_tf.engine.loop import Engine, FitOptions, GroupsStep, replica_share
 from xtremedistil_tf.engine.resume import EpochCheckpoint
 from xtremedistil_tf.engine.tensorboard import ScalarLog, current_learning_rate
 
@@ -291,10 +291,11 @@ def train_multigrained(student: tf.keras.Model, train_ds: tf.data.Dataset, dev_d
                               **{f"lambda/{k}": v for k, v in record["lambdas"].items()}})
         log.debug("multi-grained epoch %d: losses %s, lambdas %s", epoch, record["losses"], record["lambdas"])
 
-    tracker = engine.fit(step, step, lambda seed, _: _stream(train_ds, keys, config, shuffle=True, seed=seed,
-                                                              pad_id=pad_id), dev,
-                         config.epochs, objects=step.objects(), patience=config.patience,
-                         score=None if evaluate_fn is None else lambda: evaluate_fn(student), after_epoch=after_epoch)
+    tracker = engine.fit(step, FitOptions(
+        lambda seed, _: _stream(train_ds, keys, config, shuffle=True, seed=seed, pad_id=pad_id),
+        config.epochs, dev=dev,
+        objects=step.objects(), patience=config.patience,
+        score=None if evaluate_fn is None else lambda: evaluate_fn(student), after_epoch=after_epoch))
     return MultiGrainedHistory(config.losses, [_record(config.losses, epoch, logs)
                                                for epoch, logs in enumerate(engine.epochs, start=1)],
                                tracker.best_epoch or 0, -tracker.best)

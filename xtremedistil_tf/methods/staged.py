@@ -26,7 +26,7 @@ from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder
 from xtremedistil_tf.data.alignment import CompiledPerStudent, Windows, predict_by_length
 from xtremedistil_tf.data.scoring import entity_scores
 from xtremedistil_tf.engine.distribute import scope_of
-from xtremedistil_tf.engine.loop import Engine, replica_share
+from xtremedistil_tf.engine.loop import Engine, FitOptions, replica_share
 from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint, SharedStages
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses import registry
@@ -351,10 +351,11 @@ def train_student(strategy_name: str, student: tf.keras.Model, train_ds, transfe
                 model = _step_model(student, terms, config, batches, trainable, distribution)
                 context = (f"{strategy.name} stage {stage_index}/{len(strategy.stages)} ({stage.name}) step "
                            f"{step_index + 1}/{len(stage.unfreeze)} +{'+'.join(new)}")
-                tracker = engine.fit(model, student, lambda seed, _: _train_data(stage, sources, seed),
-                                     _dev_data(stage, dev_ds), config.epochs_per_layer,
-                                     objects={"student": student, "optimizer": model.optimizer}, state=state(),
-                                     where=(stage_index, step_index), patience=config.patience, context=context)
+                tracker = engine.fit(model, FitOptions(
+                    lambda seed, _: _train_data(stage, sources, seed), config.epochs_per_layer, target=student,
+                    dev=_dev_data(stage, dev_ds), patience=config.patience,
+                    objects={"student": student, "optimizer": model.optimizer}, state=state(),
+                    where=(stage_index, step_index), context=context))
                 f1 = evaluate_fn(student, stage.eval_head) if evaluate_fn and stage.eval_head else None
                 history.steps.append(StepRecord(
                     stage_index, stage.name, tuple(new), tuple(trainable), tracker.baseline, tracker.values,

@@ -17,7 +17,6 @@ from xtremedistil_tf.data.classification import ClassVocab, encode_texts, predic
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.engine.resume import EpochCheckpoint
 from xtremedistil_tf.data.scoring import class_scores, score_by_language
-from xtremedistil_tf.losses.xtremedistil import cross_entropy
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult, arrays_dataset, train_with_early_stopping
 from xtremedistil_tf.teachers.model import TokenTeacher, build_teacher
 
@@ -27,7 +26,10 @@ TASK = "classification"
 class SequenceTeacher(TokenTeacher):
     """`call` returns class logits [B, C]; `call_with_hidden(inputs, layer)` also returns the [CLS]
     state of hidden_states[layer] [B, H]. `tag_vocab` is a ClassVocab; `predict_tags_fn` (inherited)
-    gives class ids [B]."""
+    gives class ids [B]. Fine-tuning minimises the mean cross-entropy over labeled texts (label_ids
+    [B]; NO_LABEL rows do not count), its registry entry `LOSS`."""
+
+    LOSS = "teacher_class_ce"
 
     def call(self, inputs, training=False):
         out = self._encode(inputs, training, output_hidden_states=False)
@@ -37,11 +39,6 @@ class SequenceTeacher(TokenTeacher):
         self.check_layer(layer)
         out = self._encode(inputs, False, output_hidden_states=True)
         return self.classifier(out.last_hidden_state[:, 0]), out.hidden_states[layer][:, 0]
-
-    def loss(self, batch, training=False):
-        """Mean cross-entropy over labeled texts (label_ids [B]; NO_LABEL rows do not count)."""
-        weights = tf.cast(tf.not_equal(batch["label_ids"], self.tag_vocab.pad_id), tf.float32)
-        return cross_entropy(self(batch, training=training), batch["label_ids"], weights)
 
     @staticmethod
     def vocab_of(labels: Sequence[str]) -> ClassVocab:

@@ -34,8 +34,6 @@ from xtremedistil_tf.crf.ops import allowed_transitions
 from xtremedistil_tf.data.alignment import CLS_TAG, SEP_TAG, TagVocab
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
-from xtremedistil_tf.losses.reduce import masked_mean
-from xtremedistil_tf.losses.sequence import labeled_rows
 from xtremedistil_tf.teachers.model import TokenTeacher, load_encoder, load_tokenizer
 from xtremedistil_tf.teachers.surrogates import make_surrogate_fn
 
@@ -76,6 +74,8 @@ class CRFTokenTeacher(TokenTeacher):
     and `embedding_dropout`. `dropout` is the dropout on BERT's output before the logits.
     """
 
+    LOSS = "teacher_crf_nll"
+
     def __init__(self, encoder, tag_vocab: TagVocab, scheme: str, max_seq_length: int = 128,
                  dropout: float = 0.5, embedding_dropout: float = 0.5, **kwargs):
         super().__init__(encoder, tag_vocab, max_seq_length, dropout, **kwargs)
@@ -104,16 +104,11 @@ class CRFTokenTeacher(TokenTeacher):
         """[B, T, N] CRF potentials: the logits with the [CLS]-first / [SEP]-last constraints."""
         return self.crf(self(inputs, training=training), mask=tf.cast(inputs["attention_mask"], tf.bool))
 
-    def loss(self, batch, training=False):
-        """The CRF teacher trains on the CRF NLL (finetune.py calls this)."""
-        return self.nll(batch, training)
-
-    def nll(self, batch, training=False):
-        """Mean CRF NLL of label_ids over the labeled windows of `batch` (input_ids,
-        attention_mask, label_ids [B, T]); unlabeled windows (PAD tags inside the length) are skipped."""
-        lengths = tf.reduce_sum(tf.cast(batch["attention_mask"], tf.int32), axis=1)
-        nll = -self.crf.log_likelihood(self.potentials(batch, training), batch["label_ids"], lengths)
-        return masked_mean(nll, labeled_rows(batch["label_ids"], batch["attention_mask"], self.tag_vocab.pad_id))
+    def loss_outputs(self, batch, training=False) -> dict:
+        """The CRF teacher trains on the CRF NLL of label_ids over the labeled windows (`LOSS`;
+        unlabeled windows, PAD tags inside the length, are skipped): it reads the potentials and
+        the transitions."""
+        return {"potentials": self.potentials(batch, training), "transitions": self.transitions}
 
     def predict_tags_fn(self):
         """Viterbi tags [B, T] int32 as one compiled function for any batch size and length."""

@@ -16,12 +16,11 @@ from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.data.scoring import tag_scores
 from xtremedistil_tf.engine.distribute import scope_of
-from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
+from xtremedistil_tf.engine.loop import Engine, FitOptions, GroupsStep, replica_share
 from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint
 from xtremedistil_tf.engine.schedules import warmup_adamw
 from xtremedistil_tf.engine.tensorboard import ScalarLog, current_learning_rate
-from xtremedistil_tf.losses.sequence import labeled_rows
-from xtremedistil_tf.losses.xtremedistil import label_mask
+from xtremedistil_tf.losses import registry
 
 
 _LAYER_RE = re.compile(r"layer_\._(\d+)/")
@@ -212,12 +211,8 @@ def loss_count(teacher, batch) -> tf.Tensor:
     """What `teacher.loss(batch)` averages over: labeled pieces (token head), labeled windows (CRF
     head), labeled texts (sentence classes, label_ids [B]). A replica's share of the global
     batch's count weights its loss under a distribution strategy."""
-    pad_id = teacher.tag_vocab.pad_id
-    if batch["label_ids"].shape.rank == 1:
-        return tf.reduce_sum(tf.cast(tf.not_equal(batch["label_ids"], pad_id), tf.float32))
-    if hasattr(teacher, "crf"):
-        return tf.reduce_sum(tf.cast(labeled_rows(batch["label_ids"], batch["attention_mask"], pad_id), tf.float32))
-    return tf.reduce_sum(label_mask(batch["label_ids"], batch["attention_mask"], pad_id))
+    entry = registry.get(teacher.LOSS)
+    return entry.count(entry.mask(batch, teacher.tag_vocab.pad_id))
 
 
 def predict_piece_tags(teacher, windows: Windows, batch_size: int = 64) -> np.ndarray:
@@ -341,9 +336,10 @@ def train_with_early_stopping(teacher, dataset, num_examples: int, dev_f1: Calla
 
     engine = Engine(checkpoint, seed=config.seed, name="teacher", verbose=config.progress, callbacks=callbacks,
                     distribution=distribution)
-    tracker = engine.fit(step, teacher, lambda seed, _: (dataset(seed) if callable(dataset) else dataset).take(steps),
-                         None, config.epochs, objects={"teacher": teacher, **step.optimizers()},
-                         patience=config.patience, score=dev_f1, baseline=False, after_epoch=write_scalars)
+    tracker = engine.fit(step, FitOptions(
+        lambda seed, _: (dataset(seed) if callable(dataset) else dataset).take(steps), config.epochs, target=teacher,
+        score=dev_f1, baseline=False, patience=config.patience, objects={"teacher": teacher, **step.optimizers()},
+        after_epoch=write_scalars))
     history = [{"epoch": epoch, "train_loss": record["loss"], "dev_f1": record["dev_f1"]}
                for epoch, record in enumerate(engine.epochs, start=1)]
     return FinetuneResult(history, tracker.best_epoch or -1, -tracker.best if tracker.best_epoch else -1.0)

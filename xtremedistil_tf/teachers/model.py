@@ -20,7 +20,7 @@ from transformers import AutoConfig, AutoTokenizer, BertConfig, TFAutoModel
 from xtremedistil_tf.data.alignment import TagVocab, decode
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
-from xtremedistil_tf.losses.xtremedistil import cross_entropy, label_mask
+from xtremedistil_tf.losses import registry
 from xtremedistil_tf.teachers.families import config_from_dict, needs_prefix_space, usable_positions
 
 FORMAT_VERSION = 1
@@ -70,7 +70,11 @@ class TokenTeacher(TeacherBase, tf.keras.Model):
 
     `call` returns logits [B, T, num_tags]; `call_with_hidden(inputs, layer)` also returns
     hidden_states[layer] ([B, T, H]; 0 is the embedding output, as in `transformers`).
+    Fine-tuning minimises the losses/registry.py entry `LOSS` names (a subclass with another head
+    names its own and gives the outputs it reads, `loss_outputs`).
     """
+
+    LOSS = "teacher_token_ce"
 
     def __init__(self, encoder, tag_vocab: TagVocab, max_seq_length: int = 128,
                  dropout: float = 0.1, **kwargs):
@@ -103,11 +107,16 @@ class TokenTeacher(TeacherBase, tf.keras.Model):
         """The variables trained at the head's learning rate."""
         return self.classifier.trainable_variables
 
+    def loss_outputs(self, batch, training=False) -> dict:
+        """The outputs the fine-tuning loss reads (its registry entry's `prediction`)."""
+        return {"logits": self(batch, training=training)}
+
     def loss(self, batch, training=False):
-        """Training loss of a batch (input_ids, attention_mask, label_ids [B, T]): token
-        cross-entropy over real, labeled pieces (CLS, SEP and X included, as in the papers)."""
-        weights = label_mask(batch["label_ids"], batch["attention_mask"], self.tag_vocab.pad_id)
-        return cross_entropy(self(batch, training=training), batch["label_ids"], weights)
+        """Fine-tuning loss of a batch (input_ids, attention_mask, label_ids): the registry entry
+        `LOSS` names, over the positions its mask gives (here: token cross-entropy over real, labeled
+        pieces, CLS, SEP and X included, as in the papers)."""
+        entry = registry.get(self.LOSS)
+        return entry(self.loss_outputs(batch, training), batch, entry.mask(batch, self.tag_vocab.pad_id))
 
     def logits_and_tags(self, batch):
         """The logits [B, T, tags] and `predict_tags_fn`'s tag ids [B, T], from one forward pass."""

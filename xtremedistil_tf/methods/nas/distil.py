@@ -22,7 +22,7 @@ from transformers import BertConfig, TFBertModel
 
 from xtremedistil_tf.data.readers import read_unlabeled, read_wikiann_dirs
 from xtremedistil_tf.engine.distribute import scope_of
-from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
+from xtremedistil_tf.engine.loop import Engine, FitOptions, GroupsStep, replica_share
 from xtremedistil_tf.engine.resume import EpochCheckpoint
 from xtremedistil_tf.engine.schedules import WarmupLinearDecay
 from xtremedistil_tf.errors import ConfigError
@@ -175,8 +175,8 @@ class Distiller:
                 self.step = _DistilStep(self, steps_per_epoch * self.config.epochs)
         engine = Engine(checkpoint, seed=self.config.seed, name=desc, verbose=progress, callbacks=callbacks,
                         distribution=distribution)
-        tracker = engine.fit(self.step, self.student, lambda seed, _: self._batches(encoded, seed), None,
-                             self.config.epochs, objects=self.objects())
+        tracker = engine.fit(self.step, FitOptions(lambda seed, _: self._batches(encoded, seed), self.config.epochs,
+                                                   target=self.student, objects=self.objects()))
         return tracker.values
 
     def _batches(self, encoded, seed: int) -> tf.data.Dataset:

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf.engine.loop import Engine, GroupsStep, replica_share
+from xtremedistil_tf.engine.loop import Engine, FitOptions, GroupsStep, replica_share
 from xtremedistil_tf.engine.resume import EpochCheckpoint
 from xtremedistil_tf.engine.schedules import warmup_adamw
 from xtremedistil_tf.errors import ConfigError
@@ -209,8 +209,8 @@ def train(trainer: DualTrainer, corpus: Sequence[DualSentence], student_spec: Sp
     models = [m for m in (trainer.student, trainer.teacher and trainer.teacher.teacher) if m is not None]
     engine = Engine(checkpoint, seed=cfg.seed, name=f"distil_lm {cfg.variant}", verbose=progress,
                     callbacks=callbacks, distribution=distribution)
-    engine.fit(trainer.step, trainer.student, train_for, None, -(-cfg.steps // log_every),
-               objects=trainer.objects(), reseed=models)
+    engine.fit(trainer.step, FitOptions(train_for, -(-cfg.steps // log_every), target=trainer.student,
+                                        objects=trainer.objects(), reseed=models))
     history, seconds = [], 0.0
     for epoch, logs in enumerate(engine.epochs):
         seconds += logs.pop("seconds")

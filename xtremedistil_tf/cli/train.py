@@ -123,7 +123,6 @@ flags.DEFINE_integer("teacher_layer", _TEACHER.layer, "hidden_states[l] of the t
 flag_group("Teacher outputs")
 flags.DEFINE_integer("shard_size", _TRANSFER.shard_size, "Windows per teacher-output shard.")
 flags.DEFINE_integer("transfer_batch_size", _TRANSFER.batch_size, "Batch size when computing teacher outputs.")
-flags.DEFINE_enum("hidden_dtype", _TRANSFER.hidden_dtype, ["float16", "float32"], "Stored dtype of teacher hidden states.")
 flags.DEFINE_bool("transfer_only", False, "Only write the teacher-output caches, into a --work_dir whose teacher is "
                   "done (--nostudent with the same flags); with TF_CONFIG, this process's part of them as one of the "
                   "cluster's workers (the same command on each, --work_dir on storage they share). docs/scale.md.")

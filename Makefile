@@ -45,14 +45,17 @@ test-slow: $(STAMP)
 # student through bin/train, bin/distil_lm end to end; and the end-to-end tests moved out of the default tier
 # for its 5 minutes (issue 31 item 5): a bin/train run's console, the multi-grained method through the pipeline,
 # a CRF student's save and reload, the served split from training to bin/evaluate, bin/benchmark teacher, the
-# classification and RoBERTa pipelines, the toy D4.2 runs, the multi-grained runs, the served tags against Keras
-# and predict.py's word decoding. A file here runs only its slow tests (-m slow). test_formats_benchmark.py's
+# classification and RoBERTa pipelines, the toy D4.2 runs, the multi-grained runs, the served tags against Keras,
+# predict.py's word decoding, the exports against their SavedModel (ONNX, TFLite, int8, bfloat16, a fresh serving
+# process, bin/predict), the served offsets, a tiny teacher learning its toy task, the worker processes writing one
+# cache (one killed), the --help of every command, a student's save and reload. A file here runs only its slow tests (-m slow). test_formats_benchmark.py's
 # three-row table is not here: the full table asserts all it does. Two workers, as `make test`.
 CI_SLOW_TESTS := tests/test_resume.py tests/test_formats_benchmark.py::test_formats_table_on_a_tiny_work_dir \
 	tests/test_silent_failures.py tests/test_subwords_cli.py tests/test_console.py tests/test_pipeline.py \
 	tests/test_multigrained.py tests/test_served_split.py tests/test_teacher_benchmark.py \
 	tests/test_classification.py tests/test_bert_family.py tests/test_strategies.py tests/test_export.py \
-	tests/test_export_formats.py
+	tests/test_export_formats.py tests/test_teacher.py tests/test_cache_workers.py tests/test_onnx_bilstm.py \
+	tests/test_precision.py tests/test_latency_benchmark.py tests/test_serving_offsets.py tests/test_students.py
 
 test-slow-ci: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m slow -q -n 2 --dist loadfile $(CI_SLOW_TESTS)

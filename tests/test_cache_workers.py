@@ -154,6 +154,7 @@ def assert_same_examples(got_dir: Path, want_dir: Path) -> None:
                                    rtol=2 ** -10, atol=1e-6, err_msg=f"example {i} hidden")
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_two_worker_processes_write_the_one_process_cache(teacher_cache, tmp_path):
     spec, one_process = teacher_cache
     out = tmp_path / "cache"
@@ -165,6 +166,7 @@ def test_two_worker_processes_write_the_one_process_cache(teacher_cache, tmp_pat
     assert_same_examples(out, one_process)
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_killed_worker_rerun_redoes_only_its_missing_shards(teacher_cache, tmp_path):
     spec, one_process = teacher_cache
     out = tmp_path / "cache"

@@ -38,6 +38,7 @@ def test_duration_and_epoch_line():
         "[student] D4.2 stage 2/3 (logits) step 1/4 +logits epoch 2/10  loss 0.1000  (3s)"
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_every_commands_help_lists_its_own_flags():
     procs = {name: subprocess.Popen([sys.executable, str(REPO / "bin" / name), "--help"], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, env=ENV) for name in COMMANDS}

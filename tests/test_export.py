@@ -102,6 +102,7 @@ print(json.dumps({"out": out, "empty": {k: v.shape.as_list() for k, v in empty.i
 """
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_serving_signature_matches_keras_in_fresh_process(student, exported, tiny_tokenizer):
     model, _ = student
     proc = subprocess.run([sys.executable, "-c", LOAD_AND_CALL, str(exported)], input=json.dumps(TEXTS),
@@ -133,6 +134,7 @@ def test_serving_signature_matches_keras_in_fresh_process(student, exported, tin
     np.testing.assert_allclose(result["ids"]["tag_probs"][0], list(probs.max(-1)) + [0.0], atol=1e-5)
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_saved_model_cli_lists_both_signatures(exported):
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     proc = subprocess.run([cli, "show", "--all", "--dir", str(exported)], capture_output=True, text=True,
@@ -147,6 +149,7 @@ def test_saved_model_cli_lists_both_signatures(exported):
     assert shown.count("Method name is: tensorflow/serving/predict") == 2
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_bin_predict_on_export_and_student_dir(student, exported, tiny_tokenizer):
     model, student_dir = student
     lines = [TEXTS[0], "", TEXTS[2]]
@@ -278,6 +281,7 @@ def test_padded_outputs_put_each_value_at_its_text_and_position():
 
 
 @pytest.mark.parametrize("xla_lengths", [(), (8,)])
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_crf_student_decodes_with_viterbi(tiny_tokenizer, tiny_tokenizer_dir, xla_lengths):
     """decoder "crf": Viterbi over the `crf` layer's potentials and transitions, not the argmax
     (also with the unrolled BiLSTM under XLA)."""
@@ -396,6 +400,7 @@ def test_states_heads_bypass_the_projection(tiny_tokenizer):
     assert not np.allclose(before["projection"].numpy(), after["projection"].numpy())
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_pruned_vocabulary_serves_its_corpus_unchanged(student, tmp_path):
     """--prune_vocab: the corpus's texts give the same tags and spans with fewer embedding rows;
     a word whose pieces were dropped splits into kept characters, not [UNK]."""
@@ -425,6 +430,7 @@ def _xla_compiled_functions(concrete) -> int:
     return sum(f.attr["_XlaMustCompile"].b for f in concrete.graph.as_graph_def().library.function)
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_xla_lengths_serve_what_the_fused_kernel_serves(student):
     """--xla_lengths: batches of windows up to 8 or 16 pieces run the unrolled BiLSTM under XLA
     (padded to the bucket), longer ones and single windows the fused kernel; every text gets the
@@ -468,6 +474,7 @@ def test_prune_corpus_errors_name_file_and_line(tmp_path):
         list(corpus_texts([tmp_path / "missing.txt"]))
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_evaluate_scores_an_export_like_its_student(student, exported, tiny_tokenizer):
     """bin/evaluate on an exported model: exact character spans of the served entities give the
     Keras student's word-level seqeval scores when every token is one word."""
@@ -490,6 +497,7 @@ def test_evaluate_scores_an_export_like_its_student(student, exported, tiny_toke
     assert "(saved_model: exact entity character spans), constrained decoding" in format_scores(served)
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_evaluate_refuses_tags_outside_the_label_set_for_an_export_as_for_its_student(student, exported):
     """Issue 16, item 9: an export scored on data of other labels is refused before it loads, in the
     same words as its student dir (it used to score F1 0 and exit 0)."""
@@ -503,6 +511,7 @@ def test_evaluate_refuses_tags_outside_the_label_set_for_an_export_as_for_its_st
             evaluate_model(model_dir, [Sentence(["john"], ["S-PER"])], "BIOES")
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_evaluate_says_which_fifo_it_waits_for(exported, tmp_path):
     """Issue 16, item 9: a FIFO as --test_file blocks until written, after "reading <file> (waiting for
     a writer)" on stderr."""

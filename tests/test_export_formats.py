@@ -81,6 +81,7 @@ def _spans(records):
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "tflite"])
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_float32_exports_give_the_saved_models_tags_and_spans(serving, exports, fmt):
     exported = exports(fmt)
     predictor = portable.load(exported.directory)
@@ -101,6 +102,7 @@ def test_float32_exports_give_the_saved_models_tags_and_spans(serving, exports, 
     assert exported.module.served_parameters() == json.loads((exported.directory / "export.json").read_text())["parameters"]
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_tflite_has_only_builtin_ops_and_one_signature_per_length(exports):
     exported = exports("tflite")
     assert b"Flex" not in exported.model_file.read_bytes()
@@ -108,6 +110,7 @@ def test_tflite_has_only_builtin_ops_and_one_signature_per_length(exports):
     assert sorted(interpreter.get_signature_list()) == [f"ids_{n}" for n in sorted(TFLITE_LENGTHS)]
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_tflite_cuts_texts_longer_than_its_longest_length_into_windows(serving, exports):
     """A text of more pieces than the longest length holds runs in windows of 30 pieces; each window's
     tags are the SavedModel graph's on that window."""
@@ -128,6 +131,7 @@ def _quantized_tensor_types(exported):
 
 @pytest.mark.parametrize("fmt, quantize, stored", [("onnx", "dynamic_int8", np.int8), ("tflite", "dynamic_int8", np.int8),
                                                    ("tflite", "float16", np.float16)])
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_quantized_exports_agree_within_the_allowed_rate(serving, exports, fmt, quantize, stored):
     exported = exports(fmt, quantize)
     assert np.dtype(stored) in _quantized_tensor_types(exported)
@@ -158,6 +162,7 @@ def crf_serving(crf_student_dir):
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "tflite"])
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_crf_student_is_decoded_by_numpy_viterbi(crf_student_dir, crf_serving, tmp_path, fmt):
     """CRF students: the graph returns the potentials; predict.py's Viterbi and marginals give the
     SavedModel graph's tags (not the argmax) and probabilities."""
@@ -206,6 +211,7 @@ print(json.dumps({"records": records, "heavy": heavy}))
 """
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_shipped_predict_runs_without_tensorflow(serving, exports, tmp_path):
     """predict.py beside each model needs only numpy, tokenizers and the runtime: a fresh process
     that imports it (and no TensorFlow) gets the SavedModel's entities, also from its command line."""
@@ -253,6 +259,7 @@ def _matmul_dtypes(function) -> set:
 
 @pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU has neither avx512_bf16 nor amx_bf16 in /proc/cpuinfo: "
                                                 "bin/export refuses --quantize=bfloat16 here")
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_bfloat16_saved_model_computes_in_bfloat16_and_agrees_within_the_allowed_rate(student_dir, serving, tmp_path):
     """The bfloat16 SavedModel holds its weights in bfloat16 (half the float32 bytes) and runs its matmuls
     and BiLSTM in bfloat16; its signatures keep the float32 one's names and dtypes, and its tags and

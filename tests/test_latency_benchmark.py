@@ -61,6 +61,7 @@ def test_parse_students_and_teacher_config(tmp_path):
     assert latency.teacher_config(str(path)).hidden_size == 16
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_measure_end_to_end():
     spec = json.dumps(TINY_TEACHER)
     result = latency.measure(spec, [(8, 6)], queries=33, seq_length=4, repeats=1, string_signature=False,

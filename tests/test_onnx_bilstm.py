@@ -98,6 +98,7 @@ def test_int8_bilstm_graph_quantizes_the_lstm_and_agrees_with_the_float_graph(st
     assert differ <= 0.05 * real, f"{differ} of {real} piece tags differ"
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_other_students_keep_the_tf2onnx_conversion(tiny_tokenizer, tiny_tokenizer_dir, tmp_path):
     """A CRF student has no graph built from the weights (its potentials and Viterbi are
     predict.py's); its export says why and is tf2onnx's (two forward LSTMs)."""

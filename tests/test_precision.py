@@ -64,6 +64,7 @@ def test_multigrained_student_trains_in_16_bits(policy, labeled_windows, tiny_to
 # float16 is the policy with loss scaling (compile wraps the optimizer); the bfloat16 path differs only
 # in the dtype, which the multi-grained and CRF tests cover.
 @pytest.mark.parametrize("policy", ["mixed_float16"])
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_staged_loop_scales_the_loss_under_float16(policy, tiny_tokenizer):
     with precision_policy(policy):
         toy = toy_data(tiny_tokenizer)

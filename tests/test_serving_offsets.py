@@ -100,6 +100,7 @@ def test_served_words_and_pieces_are_the_training_tokenizers(tiny_tokenizer_dir,
     assert [len(p) for p in pieces[ellipsis]] == ([4, 1, 6, 6] if lower_case else [4, 1, 1, 1])
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_every_served_offset_indexes_the_text(served, tiny_tokenizer):
     data, out = fuzz_bytes(), served
     entities = 0
@@ -117,6 +118,7 @@ def test_every_served_offset_indexes_the_text(served, tiny_tokenizer):
     assert entities > 1000   # random weights tag many words: the span check is not vacuous
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_portable_predict_splits_words_as_the_saved_model(student_dir, served, tmp_path):
     """predict.py of ONNX/TFLite exports: the same words (tokenizer.json's encoding, no model needed)."""
     vocab = read_vocab(student_dir / "vocab.txt")
@@ -141,6 +143,7 @@ def test_read_lines_splits_at_newline_only_and_replaces_invalid_utf8(capsys):
     assert read_lines(b"a\n\n", "x") == ["a", ""] and read_lines(b"", "x") == []
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_bin_predict_gives_one_record_per_line(student_dir, tmp_path):
     lines = [b"john in paris", b"\xff\xfejohn mary", b"mary\rjohn berlin", b"", b"paris"]
     (tmp_path / "in.txt").write_bytes(b"\n".join(lines))

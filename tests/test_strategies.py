@@ -294,6 +294,7 @@ def _first_piece_teacher(toy, garbage: float):
 
 
 @pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_logit_loss_counts_only_what_a_first_piece_teacher_was_trained_on(toy, masked):
     """With the cache's teacher_mask, the teacher's logits at pieces it never learned do not move
     the student: garbage there trains the same weights; without the mask they would."""

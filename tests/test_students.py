@@ -108,6 +108,7 @@ def test_classifier_uses_last_states():
 
 @pytest.mark.parametrize("build", [_bilstm, _transformer])
 @pytest.mark.parametrize("suffix", ["", ".keras"])
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_save_and_load_give_identical_predictions(tmp_path, build, suffix):
     model = build()
     batch = _batch(seed=3)

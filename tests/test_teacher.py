@@ -35,6 +35,7 @@ def trained(tiny_bert_dir):
     return teacher, tokenizer, dev, before, result
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_tiny_teacher_learns_toy_task(trained):
     teacher, tokenizer, dev, before, result = trained
     losses = [h["train_loss"] for h in result.history]
@@ -46,6 +47,7 @@ def test_tiny_teacher_learns_toy_task(trained):
     assert after == pytest.approx(result.best_dev_f1)
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_save_and_reload_gives_identical_predictions(trained, tmp_path):
     teacher, tokenizer, dev, _, _ = trained
     teacher.save(tmp_path / "teacher", tokenizer)
@@ -58,6 +60,7 @@ def test_save_and_reload_gives_identical_predictions(trained, tmp_path):
     assert not (tmp_path / "teacher.tmp").exists()
 
 
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
 def test_hidden_states_of_the_chosen_layer(trained):
     teacher, tokenizer, dev, _, _ = trained
     windows = encode(dev[:3], tokenizer, teacher.tag_vocab, teacher.max_seq_length)

@@ -9,8 +9,6 @@ import os
 import sys
 import tempfile
 
-import tensorflow as tf
-
 from xtremedistil_tf.console import IMPORT_NOISE
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -39,6 +37,9 @@ def _import_tensorflow_quietly() -> None:
     try:
         sys.stderr.flush()
         os.dup2(caught.fileno(), 2)
+        # The one import that must stay here (ruff PLC0415 allowed): TensorFlow loads while stderr is caught, after
+        # the environment above is set.
+        import tensorflow as tf  # noqa: PLC0415
 
         tf.config.list_physical_devices()  # CUDA probing happens here, while stderr is caught
         # oneDNN says once per process, at the first float16 kernel, that this CPU (no AVX512-FP16)

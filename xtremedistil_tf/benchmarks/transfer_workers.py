@@ -66,7 +66,10 @@ def _run(args, workers: int) -> dict:
     for index in range(workers):
         env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": {"worker": cluster},
                                                       "task": {"type": "worker", "index": index}})}
-        procs.append(subprocess.Popen([sys.executable, "-m", MODULE, "--child", *sys.argv[1:], f"--out={out}"],
+        # --pin_cores: worker w runs on core w only (taskset, from its first instruction): TensorFlow's thread
+        # limits alone still let one process use ~1.8 cores here (measured), which hides the scaling.
+        pin = ["taskset", "-c", str(index % os.cpu_count())] if args.pin_cores else []
+        procs.append(subprocess.Popen([*pin, sys.executable, "-m", MODULE, "--child", *sys.argv[1:], f"--out={out}"],
                                       env=env))
     while not all((out / f"ready-{i}").exists() for i in range(workers)):
         if any(p.poll() not in (None, 0) for p in procs):
@@ -94,6 +97,8 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=4000, help="the first this many sentences")
     parser.add_argument("--workers", default="1,2", help="numbers of workers to time, in order")
     parser.add_argument("--intra_op_threads", type=int, default=1)
+    parser.add_argument("--pin_cores", action="store_true",
+                        help="run worker w on core w only (taskset): one core each, whatever threads it starts")
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--layer", type=int, default=4)
     parser.add_argument("--batch_size", type=int, default=64)

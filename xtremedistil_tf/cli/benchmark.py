@@ -80,6 +80,7 @@ def main(argv):
 
 # `bin/benchmark --help` lists these first, one line each (the module docstring has their flags).
 SUBCOMMANDS = (
+    ("cache", "bytes per 1,000 windows of the teacher-output cache in each layout (padded, ragged, int8, top-k)"),
     ("crf", "CRF log-likelihood, 1-best and k-best decoding at B=32, T=128 (eager, tf.function, XLA)"),
     ("decoders", "a bin/ablate run's teacher and students: constrained and argmax decoding, F1 and speed"),
     ("formats", "each export format and quantization: size, parameters, F1, latency, peak RSS"),

@@ -28,10 +28,9 @@ demo: $(STAMP)
 	$(PY) bin/evaluate --model=runs/demo/export/ner --data_format=demo --seed=42 --examples=3
 	$(PY) bin/report --work_dir=runs/demo --summary
 
-# Lint first (ruff.toml says what is checked). Two workers, each file on one worker (its module fixtures are built once): the suite's time is
-# mostly single-threaded graph tracing, so two processes halve it on 2 cores (703 tests: 1,045 s user CPU + 88 s system
-# under load, about 19 min of CPU; docs/benchmarks.md
-# "Test suite time"; 5 minutes quiet is the aim, issue 31 item 5).
+# Lint first (ruff.toml says what is checked). Two workers, each file on one worker (its module fixtures are built
+# once): the suite's time is mostly single-threaded graph tracing, so two processes halve it on 2 cores (675 tests:
+# 4m25s on a quiet clean clone, docs/benchmarks.md "Test suite time"; the aim is 5 minutes, issue 31).
 test: $(STAMP)
 	$(PY) -m ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" -q -n 2 --dist loadfile
@@ -39,7 +38,7 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m slow -q
 
-# The part of the slow tier CI runs after `make test` (.ci/run): the whole tier (39 tests, more than an hour
+# The part of the slow tier CI runs after `make test` (.ci/run): the whole tier (98 tests, more than an hour
 # serially on 2 cores) would not fit CI's 90 minutes with a margin. These are the slow tests no default-tier
 # test stands in for (README "Tests"): runs killed with SIGKILL and resumed, the full formats table, a diverging
 # student through bin/train, bin/distil_lm end to end; and the end-to-end tests moved out of the default tier

@@ -13,7 +13,7 @@ projection is training-only) and `--student_vocab_size` word pieces (0: the teac
 a student exported with `bin/export --prune_vocab`).
 
 Each student is timed in three served graphs, all without the training-only heads: `keras`, the
-Keras sub-model to `probs` that bin/export serves (export.student.served_model); `fused`
+Keras sub-model to `probs` that bin/export serves (students.artifact.served_model); `fused`
 (`fused_inference_model`, under XLA), whose BiLSTM is unrolled over the fixed query length, with
 the input matmul hoisted out of the recurrence and no mask in it (BlockBiLSTM(unroll=True), what
 bin/export --xla_lengths serves); and `block`, whose BiLSTM is TensorFlow's fused LSTM kernel

@@ -258,7 +258,7 @@ class NerServing(tf.Module):
                          decode: str = DEFAULT_DECODE) -> "NerServing":
         """The saved student; with `prune_corpus`, serving only the pieces those texts use
         (export.vocabulary); `xla_lengths`, `unroll`, `bfloat16`, `decode` as in __init__. A student of a
-        tokenizer other than WordPiece is refused (export.student.check_servable)."""
+        tokenizer other than WordPiece is refused (students.artifact.check_servable)."""
         check_servable(read_config(student_dir), student_dir)
         model, config, vocab = load_student_dir(student_dir)
         keep_ids = None

@@ -78,7 +78,7 @@ def kept_piece_ids(counts: np.ndarray, vocab: List[str], min_count: int = 1, kee
 
 
 def pruned_embedding(keep_ids: np.ndarray) -> Dict[str, Replacement]:
-    """The replacement (export.student.clone_replacing) of `word_embedding` by one holding only the
+    """The replacement (students.artifact.clone_replacing) of `word_embedding` by one holding only the
     rows `keep_ids`, in that order: piece keep_ids[i] becomes id i."""
     def make(old):
         return old.__class__.from_config({**old.get_config(), "input_dim": len(keep_ids)})

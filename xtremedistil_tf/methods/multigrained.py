@@ -16,7 +16,7 @@ Losses (`losses/sequence.py`, looked up in `losses/registry.py`), by name:
     token_em   L_Token-em (Eq. 10 on the emissions)
     token_pos  L_Token-pos (Eq. 10 on the CRF marginals)
                both Eq. 10's cross-entropy, or the KL with token_loss="kl" (losses/sequence.py)
-combined by `layers.uncertainty.loss_weighting(config.weighting, n)` (Eq. 9), whose lambdas are
+combined by `losses.uncertainty.loss_weighting(config.weighting, n)` (Eq. 9), whose lambdas are
 trained with the student by the same optimizer. The epochs run on the engine (`Engine.fit` of a
 `MultiGrainedStep`: per-epoch seeds, checkpoints and exact resume, tf.distribute, loss scaling).
 Early stopping on dev F1 (Viterbi, `make_crf_dev_f1`) or, without an evaluate_fn, on the dev NLL of

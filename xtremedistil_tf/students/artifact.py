@@ -7,7 +7,7 @@
                              ("classes": a sentence classifier; its tags are its classes)
     student_dir/vocab.txt    the teacher tokenizer's WordPiece vocabulary, one piece a line; only for a
                              WordPiece teacher (tokenizer_family "WordPiece"), the one bin/export can
-                             serve in-graph. student_dir/tokenizer/ (training.student_run) holds the
+                             serve in-graph. student_dir/tokenizer/ (methods.student_run) holds the
                              tokenizer files of any family.
 """
 from __future__ import annotations

@@ -266,7 +266,8 @@ def _join(out_dir: Path, identity: dict, overwrite: bool, part: Part) -> Optiona
         manifest = _read_if_exists(out_dir / MANIFEST)
         state = _read_if_exists(out_dir / STATE) if manifest is None else None
         if manifest is not None:
-            _check_format(out_dir, manifest)
+            if not overwrite:   # with --overwrite, worker 0 clears a cache of another format: wait for it
+                _check_format(out_dir, manifest)
             stored, source = _identity(manifest.get("fingerprint", {}), manifest.get("spec", {})), MANIFEST
             if stored == identity and not _damaged_shards(out_dir, manifest):
                 return manifest
@@ -277,8 +278,8 @@ def _join(out_dir: Path, identity: dict, overwrite: bool, part: Part) -> Optiona
         elif not _has_shards(out_dir):
             atomic_write_json(out_dir / STATE, {"identity": identity, "features": None}, own_tmp=True)
             return None
-        elif overwrite or (out_dir / MANIFEST).exists():
-            stored = None
+        elif overwrite or (out_dir / MANIFEST).exists() or (out_dir / STATE).exists():
+            stored = None   # cleared, completed or started by worker 0 since the reads above: look again
         else:
             raise _unknown_shards(out_dir, identity)
         if stored not in (None, identity) and not overwrite:

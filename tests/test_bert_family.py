@@ -43,7 +43,7 @@ from xtremedistil_tf.teachers.families import (
 )
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, layer_depth, parameter_groups
 from xtremedistil_tf.teachers.model import TokenTeacher, build_teacher, check_teacher_dir, load_tokenizer
-from xtremedistil_tf.transfer.cache import read_sharded
+from xtremedistil_tf.transfer.cache import read_arrays, read_sharded
 
 MAX_LEN = 16
 
@@ -237,8 +237,12 @@ def roberta_run(tmp_path_factory, roberta_dir):
 def test_roberta_teacher_runs_end_to_end(roberta_run):
     work, metrics = roberta_run
     assert metrics["teacher"]["scores"]["test"]["all"]["sentences"] == 12
-    cached = next(read_sharded(work / "transfer").as_numpy_iterator())
+    # Stored at its real length (cache format v2), read back padded with the tokenizer's own pad id.
+    stored = next(read_sharded(work / "transfer").as_numpy_iterator())
+    assert stored["hidden"].shape == (stored["attention_mask"].sum(), 32)
+    cached = {k: v[0] for k, v in read_arrays(work / "transfer", length=MAX_LEN).items()}
     assert cached["input_ids"][0] == 0 and cached["hidden"].shape == (MAX_LEN, 32)
+    assert (cached["attention_mask"] == 0).any()
     assert np.all(cached["input_ids"][cached["attention_mask"] == 0] == 1)  # RoBERTa's <pad>
     # The student dir keeps the BPE tokenizer's own files, and no vocab.txt it does not have.
     assert not (work / "student" / "vocab.txt").exists()

@@ -30,7 +30,7 @@ demo: $(STAMP)
 
 # Lint first (ruff.toml says what is checked). Two workers, each file on one worker (its module fixtures are built
 # once): the suite's time is mostly single-threaded graph tracing, so two processes halve it on 2 cores (675 tests:
-# 4m25s on a quiet clean clone, docs/benchmarks.md "Test suite time"; the aim is 5 minutes, issue 31).
+# 4m13s on a quiet clean clone, docs/benchmarks.md "Test suite time"; the aim is 5 minutes, issue 31).
 test: $(STAMP)
 	$(PY) -m ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" -q -n 2 --dist loadfile

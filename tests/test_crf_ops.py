@@ -252,6 +252,34 @@ def test_ops_in_tf_function_with_unknown_shapes():
     np.testing.assert_allclose(graph[2].numpy(), ops.crf_log_norm(pots, lengths, trans).numpy(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("chunk", [1, 3, 8])
+def test_chunked_scan_is_tf_scan_to_the_bit(chunk, reverse):
+    # A step whose float sums depend on their order (a max-plus step with a scaled add, and a gather
+    # of pointers): the chunked loop must run exactly tf.scan's steps, in graphs of unknown length too,
+    # with steps that are not a multiple of the chunk, and must not let its zero padding reach an output.
+    rng = np.random.default_rng(chunk)
+    transitions = tf.constant(rng.normal(size=(5, 5)), tf.float32)
+
+    def step(state, x):
+        return tf.reduce_max(state[:, :, None] + transitions[None], axis=1) * 0.999 + x
+
+    def pointers(state, m):
+        return tf.gather(m, state, batch_dims=1)
+
+    scan = tf.function(lambda f, e, i: ops.chunked_scan(f, e, i, reverse=reverse, chunk=chunk), reduce_retracing=True)
+    for steps in [1, 2, chunk, chunk + 1, 2 * chunk + 1, 17]:
+        elems = tf.constant(rng.normal(size=(steps, 4, 5)) * 10, tf.float32)
+        initial = tf.constant(rng.normal(size=(4, 5)), tf.float32)
+        expected = tf.scan(step, elems, initializer=initial, reverse=reverse).numpy()
+        assert np.array_equal(ops.chunked_scan(step, elems, initial, reverse=reverse, chunk=chunk).numpy(), expected)
+        assert np.array_equal(scan(step, elems, initial).numpy(), expected)
+        maps = tf.constant(rng.integers(0, 5, size=(steps, 4, 5)), tf.int32)
+        start = tf.constant(rng.integers(0, 5, size=(4, 2)), tf.int32)
+        expected = tf.scan(pointers, maps, initializer=start, reverse=reverse).numpy()
+        assert np.array_equal(ops.chunked_scan(pointers, maps, start, reverse=reverse, chunk=chunk).numpy(), expected)
+
+
 @pytest.mark.parametrize("num_steps", [0, 1])
 def test_ops_in_tf_function_with_at_most_one_step(num_steps):
     # With T <= 1 the time loops have no step: in graphs with unknown batch and time

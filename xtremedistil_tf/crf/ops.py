@@ -21,7 +21,10 @@ Conventions (docs/crf.md has the long form):
   best first-position potential).
 - Outputs past a sequence's length are 0 (tags, marginals).
 - All ops loop over time with `tf.scan` on [B, N] or [B, K, N] states, so they
-  run eagerly and in `tf.function` with unknown B and T.
+  run eagerly and in `tf.function` with unknown B and T. The Viterbi's two loops
+  (`crf_decode`) use `chunked_scan`, the same steps `SCAN_CHUNK` to a loop iteration:
+  in a graph each iteration pays the loop's own ops, which at serving sizes (one
+  text of ~30 words) cost more than the steps (docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -37,6 +40,44 @@ FORBIDDEN_THRESHOLD = FORBIDDEN / 2
 _TINY = float(np.finfo(np.float32).tiny)
 # A step sum below this lost precision (float32 denormals start at ~1.2e-38).
 _UNDERFLOW = 1e-30
+# Steps of chunked_scan per loop iteration.
+SCAN_CHUNK = 8
+
+
+def chunked_scan(fn, elems, initializer, reverse: bool = False, chunk: int = SCAN_CHUNK):
+    """tf.scan(fn, elems, initializer, reverse=reverse) for one tensor `elems` [T, ...] and one
+    tensor state, with `chunk` steps unrolled in each iteration of the loop.
+
+    Each step is the same `fn` on the same values as in tf.scan, so the outputs are identical to
+    the bit. T is padded with zeros to a multiple of `chunk` (after the end, or before the start
+    when `reverse`); the padded steps run after the real ones and their outputs are dropped, so
+    `fn` must accept zero elements and must not carry anything other than its state.
+    """
+    elems = tf.convert_to_tensor(elems)
+    initializer = tf.convert_to_tensor(initializer)
+    steps = tf.shape(elems)[0]
+    chunks = (steps + chunk - 1) // chunk
+    padding = chunks * chunk - steps
+    pad = tf.stack([padding, 0]) if reverse else tf.stack([0, padding])
+    padded = tf.pad(elems, tf.concat([pad[None], tf.zeros([tf.rank(elems) - 1, 2], tf.int32)], axis=0))
+    blocks = tf.reshape(padded, tf.concat([[chunks, chunk], tf.shape(elems)[1:]], axis=0))
+    order = range(chunk - 1, -1, -1) if reverse else range(chunk)
+
+    def body(i, state, outputs):
+        index = chunks - 1 - i if reverse else i
+        block, states = blocks[index], [None] * chunk
+        for j in order:
+            state = fn(state, block[j])
+            states[j] = state
+        return i + 1, state, outputs.write(index, tf.stack(states))
+
+    outputs = tf.TensorArray(initializer.dtype, size=chunks, element_shape=tf.TensorShape([chunk]).concatenate(
+        initializer.shape))
+    _, _, outputs = tf.while_loop(lambda i, *_: i < chunks, body, (0, initializer, outputs))
+    stacked = outputs.stack()
+    stacked = tf.reshape(stacked, tf.concat([[chunks * chunk], tf.shape(stacked)[2:]], axis=0))
+    result = stacked[padding:] if reverse else stacked[:steps]
+    return tf.ensure_shape(result, elems.shape[:1].concatenate(initializer.shape))
 
 
 def _prepare(potentials, lengths, transitions=None):
@@ -222,7 +263,7 @@ def _backtrack(backpointers, last_index, lengths, num_steps):
     # that carries the final state back from T-1 to length-1.
     keep = (tf.range(1, num_padded)[:, None] < lengths[None, :])[:, :, None]
     maps = tf.where(keep, backpointers, tf.range(tf.shape(backpointers)[2]))
-    states = tf.scan(lambda state, m: tf.gather(m, state, batch_dims=1), maps, initializer=last_index, reverse=True)
+    states = chunked_scan(lambda state, m: tf.gather(m, state, batch_dims=1), maps, last_index, reverse=True)
     states = tf.transpose(tf.concat([states, last_index[None]], 0), [1, 2, 0])
     mask = tf.sequence_mask(lengths, num_padded, dtype=tf.int32)
     return (states * mask[:, None, :])[:, :, :num_steps]
@@ -240,7 +281,7 @@ def crf_decode(potentials, transitions, lengths):
     def step(best, potential_t):
         return tf.reduce_max(best[:, :, None] + transitions[None], axis=1) + potential_t
 
-    best = tf.scan(step, time_major[1:], initializer=time_major[0])
+    best = chunked_scan(step, time_major[1:], time_major[0])
     best = tf.concat([time_major[:1], best], axis=0)  # [T, B, N]
     # Backpointers for all steps at once, outside the loop (argmax in the loop costs as much again).
     pointers = tf.argmax(best[:-1, :, :, None] + transitions[None, None], axis=2, output_type=tf.int32)

@@ -29,7 +29,7 @@ from xtremedistil_tf.export.bfloat16 import check_cpu, in_bfloat16
 from xtremedistil_tf.students.artifact import (CLASSIFIER, StudentMeta, block_bilstm, clone_replacing, check_servable,
                                             load_student_dir, read_config, served_model)
 from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, pruned_embedding
-from xtremedistil_tf.export.words import WordPieces
+from xtremedistil_tf.export.words import WordPieces, row_ids
 from xtremedistil_tf.io import atomic_dir, atomic_write_json, read_json
 
 # Prefix codes of a word's tag for span decoding; I- and M- (BMES) are the same "inside".
@@ -75,7 +75,7 @@ def windows_of(pieces: tf.RaggedTensor, budget, cls_id: int, sep_id: int, pad_id
     window without CLS/SEP, at [P, 2] int64: the (window, column) of each piece in input_ids).
     Windows list the pieces in their original order.
     """
-    rows = pieces.value_rowids()
+    rows = row_ids(pieces)
     position = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(pieces.row_splits, rows)
     if budget is None:
         window_of_piece, column, num_windows = rows, position, pieces.nrows()
@@ -107,7 +107,7 @@ def byte_to_char(text, rows, offsets):
     end byte maps to an exclusive end character. `text` is valid UTF-8 (valid_utf8).
     """
     _, char_starts = tf.strings.unicode_decode_with_offsets(text, "UTF-8", errors="replace")
-    keys = char_starts.value_rowids() * _ROW_STRIDE + char_starts.flat_values
+    keys = row_ids(char_starts) * _ROW_STRIDE + char_starts.flat_values
     queries = tf.cast(rows, tf.int64) * _ROW_STRIDE + tf.cast(offsets, tf.int64)
     index = tf.searchsorted(keys[None], queries[None], side="left", out_type=tf.int64)[0]
     return tf.cast(index - tf.gather(char_starts.row_splits, rows), tf.int32)

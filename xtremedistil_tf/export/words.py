@@ -23,6 +23,9 @@ from typing import Dict, Iterable, Sequence
 
 import tensorflow as tf
 import tensorflow_text as tf_text
+# The op under tf_text.regex_split_with_offsets, whose wrapper validates its three ragged outputs
+# (about 90 assertion ops a call); the splits the op returns are well formed by construction.
+from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops
 from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
@@ -94,6 +97,13 @@ def _union(*classes: str) -> str:
     return "[" + "".join(c[1:-1] for c in classes) + "]"
 
 
+def row_ids(ragged: tf.RaggedTensor):
+    """ragged.value_rowids() [V] from its row splits in a few ops, where tf.ragged's takes about twenty
+    (the serving graph runs at batch 1 too, where each op's dispatch counts)."""
+    splits = ragged.row_splits
+    return tf.searchsorted(splits[1:], tf.range(splits[-1]), side="right", out_type=splits.dtype)
+
+
 class WordPieces:
     """The served tokenizer: UTF-8 text -> words, split as the training tokenizer splits them
     (bert_char_classes), with their byte offsets -> WordPiece ids of each word (tensorflow-text's
@@ -118,7 +128,10 @@ class WordPieces:
         is dropped, as the training tokenizer drops it."""
         # regex_split_with_offsets ends a text at NUL; \x01 vanishes as NUL does and has its length.
         text = tf.strings.regex_replace(text, "\\x00", "\x01")
-        words, start, end = tf_text.regex_split_with_offsets(text, self._delimiter, self._word_of_its_own)
+        words, start, end, splits = gen_regex_split_ops.regex_split_with_offsets(
+            text, f"({self._delimiter})", f"({self._word_of_its_own})")
+        words, start, end = (tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+                             for values in (words, start, end))
         flat = words.flat_values
         length = tf.strings.length(flat)
         lead = length - tf.strings.length(tf.strings.regex_replace(flat, f"^{self._vanish}+", ""))
@@ -126,7 +139,7 @@ class WordPieces:
         keep = lead < length
         start_byte = tf.cast(start.flat_values, tf.int64) + tf.cast(lead, tf.int64)
         end_byte = tf.cast(end.flat_values, tf.int64) - tf.cast(trail, tf.int64)
-        rows = tf.boolean_mask(words.value_rowids(), keep)
+        rows = tf.boolean_mask(row_ids(words), keep)
         # The serving graph runs at batch 1 too, where each op's dispatch counts: no validation ops.
         ragged = lambda values: tf.RaggedTensor.from_value_rowids(tf.boolean_mask(values, keep), rows,
                                                                  nrows=words.nrows(), validate=False)
@@ -147,7 +160,7 @@ class WordPieces:
         # A word of no pieces gets one [UNK]: the pieces move right by the [UNK]s before them
         # (a scatter, a handful of ops where a ragged concat and mask take dozens).
         splits = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(tf.maximum(pieces.row_lengths(), 1))], axis=0)
-        rows = pieces.value_rowids()
+        rows = row_ids(pieces)
         moved = tf.range(tf.size(rows, out_type=tf.int64)) + tf.gather(splits[:-1] - pieces.row_splits[:-1], rows)
         values = tf.tensor_scatter_nd_update(tf.fill([splits[-1]], tf.constant(self._unk, tf.int32)), moved[:, None],
                                              pieces.flat_values)

@@ -40,8 +40,9 @@ FORBIDDEN_THRESHOLD = FORBIDDEN / 2
 _TINY = float(np.finfo(np.float32).tiny)
 # A step sum below this lost precision (float32 denormals start at ~1.2e-38).
 _UNDERFLOW = 1e-30
-# Steps of chunked_scan per loop iteration.
-SCAN_CHUNK = 8
+# Steps of chunked_scan per loop iteration: at 30 words a text 16 was 5% faster than 8 for the whole
+# served text signature; a short text pays the padded steps, a long one more iterations.
+SCAN_CHUNK = 16
 
 
 def chunked_scan(fn, elems, initializer, reverse: bool = False, chunk: int = SCAN_CHUNK):

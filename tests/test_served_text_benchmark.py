@@ -3,6 +3,7 @@
 No timing assertions: the machine is shared.
 """
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from xtremedistil_tf.benchmarks import latency, served_text
@@ -40,3 +41,31 @@ def test_every_row_is_printed():
                         "serve (the method, in process)", "serving_default (reloaded SavedModel)",
                         "student graph on ids (keras+xla)"]
     assert lines[-1].startswith("serving_default / student graph: ")
+
+
+def test_served_exports_side_by_side(tmp_path, monkeypatch):
+    """--served_exports: every export gets ids and text timed in each round, rows in the order given, ratios from the
+    medians; a path that is no export is named in one line."""
+    vocab, _ = latency.word_texts(40, 3, 8)
+    student = build_bilstm_student(len(vocab), len(TagVocab(latency.LABELS)), 4, 3, 8)
+    module = NerServing(student, StudentMeta(labels=latency.LABELS), vocab)
+    signatures = {"serving_default": module.serve.get_concrete_function(), "ids": module.ids.get_concrete_function()}
+    paths = [str(tmp_path / name) for name in ("b", "a")]
+    for path in paths:
+        tf.saved_model.save(module, path, signatures=signatures)
+    # TensorFlow has started in this process: keep its threads as they are.
+    monkeypatch.setattr(served_text, "set_tensorflow_threads", lambda threads, inter_op: threads or 1)
+    result = served_text.compare_exports(paths, rounds=2, seq_length=8, threads=1, inter_op=1, calls=3)
+    assert list(result["ms"]) == paths
+    assert all(len(ms) == 2 and min(ms) > 0 for row in result["ms"].values() for ms in row.values())
+    lines = served_text.format_exports(result)
+    rows = [line.split("|")[1:-1] for line in lines[3:]]
+    assert [row[0].strip() for row in rows] == paths
+    for row in rows:
+        ids_ms, text_ms, ratio = (float(cell) for cell in row[1:4])
+        assert abs(ratio - text_ms / ids_ms) < 0.01
+    assert min(float(row[4]) for row in rows) == 1.0
+    with pytest.raises(ValueError, match="no such directory: .*missing"):
+        served_text.compare_exports([str(tmp_path / "missing")], rounds=1, seq_length=8, threads=1, inter_op=1)
+    with pytest.raises(ValueError, match="neither a SavedModel"):
+        served_text.compare_exports([str(tmp_path)], rounds=1, seq_length=8, threads=1, inter_op=1)

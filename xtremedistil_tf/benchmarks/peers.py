@@ -36,19 +36,19 @@ TEACHER_PEER = ("teacher", "onnxruntime", "onnx", "dynamic_int8", "ids")
 KEYS = ("model", "runtime", "format", "quantize", "input")
 
 
-def set_tensorflow_threads(threads: int) -> int:
-    """TensorFlow's intra-op threads = `threads` (0: the CPU count), inter-op 1; returns the count.
+def set_tensorflow_threads(threads: int, inter_op: int = 1) -> int:
+    """TensorFlow's intra-op threads = `threads` (0: the CPU count), inter-op `inter_op`; returns the count.
     A ValueError if TensorFlow already started with other settings."""
     threads = threads or os.cpu_count() or 1
-    if threads < 1:
-        raise ValueError(f"--latency_threads must be >= 0; got {threads}")
+    if threads < 1 or inter_op < 1:
+        raise ValueError(f"--latency_threads must be >= 0 and inter-op threads >= 1; got {threads}, {inter_op}")
     try:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
     except RuntimeError:
         current = (tf.config.threading.get_intra_op_parallelism_threads(),
                    tf.config.threading.get_inter_op_parallelism_threads())
-        if current != (threads, 1):
+        if current != (threads, inter_op):
             raise ValueError(f"--latency_threads={threads}: TensorFlow started before its threads could be set "
                              f"(intra, inter = {current}); run bin/benchmark latency --latency_peers on its own") from None
     return threads

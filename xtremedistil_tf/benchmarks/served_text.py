@@ -17,17 +17,32 @@ of the stage before (median ms per call at batch 1 over `--queries` texts, `--re
 Beside them: the whole `serving_default` signature reloaded from disk, the student graph alone on ids
 (the `keras+xla` row of `bin/benchmark latency`) and an empty `tf.function` call (each stage's time
 includes one call's overhead, which the whole signature pays once).
+
+With `--served_exports=DIR,DIR,...` it times those exports instead, interleaved in one process so that a
+machine whose speed drifts from minute to minute (a shared VM) slows every export alike: SavedModel
+version dirs (`ids` and `serving_default` signatures) and ONNX/TFLite export dirs (through the package's
+copy of their predict.py: `Predictor.run` for ids, `Predictor.predict` for text), at batch 1, ids in (a
+query of `--seq_length` pieces, ids 5-34: the time does not depend on which) and text in (`--seq_length` - 2
+words "house"). Each of `--repeats` rounds (default 15) takes, per export in turn, the median of 100 calls of
+each input; a row is the median over the rounds, with their range. TensorFlow runs `--latency_threads`
+intra-op threads and `--served_inter_op_threads` inter-op threads (default 1, as `--latency_peers`; TF
+Serving's own default is one per core); ONNX Runtime and LiteRT run `--latency_threads` threads.
 """
 from __future__ import annotations
 
 import itertools
 import tempfile
+from pathlib import Path
 from typing import Callable, List, Sequence
 
+import numpy as np
 import tensorflow as tf
+from absl import flags
 
 from xtremedistil_tf.benchmarks import latency
+from xtremedistil_tf.benchmarks.peers import set_tensorflow_threads
 from xtremedistil_tf.benchmarks.timing import median_ms
+from xtremedistil_tf.export import portable
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.export.serving import NerServing, valid_utf8
 from xtremedistil_tf.students.artifact import StudentMeta, served_model
@@ -117,8 +132,72 @@ def format_lines(result: dict) -> List[str]:
     return lines
 
 
+def define_flags() -> None:
+    if "served_exports" not in FLAGS:
+        flags.DEFINE_list("served_exports", [], "served_text: time these exports side by side instead (SavedModel "
+                          "version dirs, ONNX/TFLite export dirs), interleaved in one process.")
+        flags.DEFINE_integer("served_inter_op_threads", 1, "served_text --served_exports: TensorFlow's inter-op threads.")
+
+
+def _export_calls(path: Path, seq_length: int, threads: int):
+    """(ids call, text call) at batch 1 of the export at `path` (a SavedModel, or a dir with predict.py)."""
+    ids = (np.arange(seq_length, dtype=np.int32) % 30 + 5)[None]
+    text = " ".join(["house"] * (seq_length - 2))
+    if (path / "saved_model.pb").is_file():
+        signatures = tf.saved_model.load(str(path)).signatures
+        ids_fn, text_fn = signatures["ids"], signatures["serving_default"]
+        ids_t, mask_t, text_t = tf.constant(ids), tf.ones(ids.shape, tf.int32), tf.constant([text])
+        return lambda: ids_fn(input_ids=ids_t, attention_mask=mask_t), lambda: text_fn(text=text_t)
+    if (path / "export.json").is_file():
+        predictor = portable.Predictor(path, threads=threads)
+        return lambda: predictor.run(ids, np.ones_like(ids)), lambda: predictor.predict([text])
+    raise ValueError(f"--served_exports: {path} is neither a SavedModel (saved_model.pb) nor an ONNX/TFLite export "
+                     "(export.json)")
+
+
+def compare_exports(paths: Sequence[str], rounds: int, seq_length: int, threads: int, inter_op: int,
+                    calls: int = 100) -> dict:
+    """{"ms": {path: {"ids": [per round], "text": [per round]}}, ...}: each round times every export in turn
+    (the median of `calls` calls of each input)."""
+    paths = [Path(p) for p in paths]
+    missing = [str(p) for p in paths if not p.is_dir()]
+    if missing:
+        raise ValueError(f"--served_exports: no such directory: {', '.join(missing)}")
+    threads = set_tensorflow_threads(threads, inter_op)
+    exports = {str(p): _export_calls(p, seq_length, threads) for p in paths}
+    for ids_call, text_call in exports.values():   # trace and warm up
+        for _ in range(10):
+            ids_call(), text_call()
+    ms = {p: {"ids": [], "text": []} for p in exports}
+    for _ in range(rounds):
+        for p, (ids_call, text_call) in exports.items():
+            ms[p]["ids"].append(median_ms(ids_call, calls, warmup=0))
+            ms[p]["text"].append(median_ms(text_call, calls, warmup=0))
+    return {"ms": ms, "rounds": rounds, "calls": calls, "seq_length": seq_length, "threads": threads,
+            "inter_op": inter_op, "machine": latency.machine()}
+
+
+def format_exports(result: dict) -> List[str]:
+    medians = {p: {k: float(np.median(v)) for k, v in row.items()} for p, row in result["ms"].items()}
+    fastest = min(m["text"] for m in medians.values())
+    lines = [f"served exports at batch 1, interleaved: {result['rounds']} rounds x {result['calls']} calls of each "
+             f"input per export; ids: {result['seq_length']} pieces, text: {result['seq_length'] - 2} words; "
+             f"TensorFlow intra-op {result['threads']}, inter-op {result['inter_op']}; ONNX Runtime / LiteRT "
+             f"{result['threads']} threads; {result['machine']}",
+             "| export | ids ms | text ms | text / ids | text / fastest text | rounds' text ms |", "|---|---|---|---|---|---|"]
+    for p, m in medians.items():
+        texts = result["ms"][p]["text"]
+        lines.append(f"| {p} | {m['ids']:.3f} | {m['text']:.3f} | {m['text'] / m['ids']:.2f} | "
+                     f"{m['text'] / fastest:.2f} | {min(texts):.3f}-{max(texts):.3f} |")
+    return lines
+
+
 def run(repeats: int) -> List[str]:
     latency.define_flags()
+    define_flags()
+    if FLAGS.served_exports:
+        return format_exports(compare_exports(FLAGS.served_exports, repeats if FLAGS["repeats"].present else 15,
+                                              FLAGS.seq_length, FLAGS.latency_threads, FLAGS.served_inter_op_threads))
     passes = repeats if FLAGS["repeats"].present else 3
     (embedding_dim, hidden), = latency.parse_students(FLAGS.students)[:1]
     return format_lines(measure(embedding_dim, hidden, FLAGS.student_vocab_size or DEFAULT_VOCAB,

@@ -13,6 +13,8 @@
     bin/benchmark precision [--repeats=20]   (a training step under float32 / mixed_bfloat16 / mixed_float16)
     bin/benchmark served_text [--students=50x200 --student_vocab_size=30522 --queries=200 --repeats=3]
         (where the batch-1 time of the SavedModel's text-in signature goes, stage by stage)
+    bin/benchmark served_text --served_exports=DIR,DIR [--latency_threads=2 --served_inter_op_threads=1 --repeats=15]
+        (exported models, ids and text at batch 1, interleaved in one process)
     bin/benchmark teacher --data_format=wikiann --data_dir=DIR --langs=en --teacher=minilm [bin/train's flags]
         (the pipeline's teacher beside a plain reference Keras loop: dev/test F1 and training time)
 """
@@ -28,6 +30,7 @@ from xtremedistil_tf.benchmarks import (  # noqa: E402
     formats,
     latency,
     memory,
+    served_text,
 )
 from xtremedistil_tf.benchmarks.registry import BENCHMARKS
 from xtremedistil_tf.cli import train as _train_flags  # noqa: E402  (bin/benchmark teacher takes bin/train's flags)
@@ -42,6 +45,7 @@ latency.define_flags()
 memory.define_flags()
 cache_size.define_flags()
 formats.define_flags()
+served_text.define_flags()
 
 
 def main(argv):

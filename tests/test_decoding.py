@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
+from xtremedistil_tf.crf import ops as crf_ops
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.data.schemes import validate_tags
 from xtremedistil_tf.errors import ConfigError
@@ -87,6 +88,42 @@ def test_constrained_is_the_brute_force_best_valid_sequence(scheme):
             else:
                 invalid_argmax += 1
     assert invalid_argmax >= 3
+
+
+def test_a_valid_argmax_is_kept_where_the_viterbi_sum_cannot_tell_two_labels_apart():
+    """40 improbable words (log -86.8 each) then a word where B-PER (0.40001) beats O (0.4): the argmax path
+    O ... O B-PER is valid, so it is the answer in TF and NumPy. Plain Viterbi gives O there: at a running sum of
+    -3386 a float32 step is 2.4e-4, the two labels differ by 2.5e-5, and the tie goes to the lower label id."""
+    decoder = _decoder("IOB2")
+    n = 40
+    probs = np.full((n, len(TagVocab(LABELS["IOB2"]))), 1e-38, np.float32)
+    probs[:, 0] = 2e-38
+    probs[-1] = 0.0
+    probs[-1, :2] = [0.4, 0.40001]
+    (tf_ids, tf_scores), (np_ids, _) = _both(decoder, probs)
+    assert list(tf_ids) == list(np_ids) == [0] * (n - 1) + [1]
+    assert tf_scores[-1] == np.float32(0.40001)
+    potentials = np.log(np.maximum(decoder.label_scores(probs[None]).numpy()[0], np.finfo(np.float32).tiny))
+    assert portable.viterbi(potentials, decoder.transitions)[-1] == 0          # what decoding did before
+    assert crf_ops.crf_decode(potentials[None], decoder.transitions, np.array([n]))[0].numpy()[0, -1] == 0
+
+
+def test_each_text_of_a_batch_is_decoded_alone():
+    """A batch with a valid argmax (text 0), an invalid one (text 1: O I-PER) and a short text (2): each row's
+    labels are those of the text decoded on its own; the Viterbi runs for the batch, the valid row keeps its argmax."""
+    decoder = _decoder("IOB2")
+    num_tags = len(TagVocab(LABELS["IOB2"]))
+    rng = np.random.default_rng(3)
+    probs = rng.dirichlet(np.full(num_tags, 0.5), size=(3, 4)).astype(np.float32)
+    probs[0, :, 0] += 2.0                                  # all O
+    probs[1, 0, 0] += 2.0
+    probs[1, 1, 2] += 2.0                                  # O I-PER: invalid
+    lengths = np.array([4, 4, 2])
+    ids = decoder(probs, lengths)[0].numpy()
+    assert ids[0].tolist() == [0, 0, 0, 0] and ids[1, :2].tolist() != [0, 2] and ids[2, 2:].tolist() == [0, 0]
+    for row, n in enumerate(lengths):
+        alone = decoder(probs[row:row + 1, :n], lengths[row:row + 1])[0].numpy()[0]
+        assert ids[row, :n].tolist() == alone.tolist() == _brute_force(LABELS["IOB2"], "IOB2", probs[row, :n], 5)
 
 
 def test_marker_at_a_first_piece_reads_as_o_and_lengths_cut_the_batch():

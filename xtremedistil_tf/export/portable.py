@@ -56,7 +56,8 @@ def decode_words(probs: np.ndarray, meta: dict):
     as xtremedistil_tf/crf/decoding.py's WordDecoder: each label scores the highest probability
     among the tags that read as it (export.json "label_of_tag"; markers read as O); "constrained"
     takes the Viterbi path over their logs under "word_transitions" (0 or -1e4) with the tags that
-    may not start ("word_start") or end ("word_end") a text forbidden, "argmax" each word's best."""
+    may not start ("word_start") or end ("word_end") a text forbidden (the argmax where it is already
+    valid), "argmax" each word's best."""
     num_labels = len(meta["word_start"])
     fold = np.eye(num_labels + 1, dtype=np.float32)[np.array(meta["label_of_tag"])][:, :num_labels]  # -1: no label
     scores = (np.asarray(probs, np.float32)[:, :, None] * fold[None]).max(1)
@@ -66,7 +67,10 @@ def decode_words(probs: np.ndarray, meta: dict):
         potentials = np.log(np.maximum(scores, np.finfo(np.float32).tiny))
         potentials[0, ~np.array(meta["word_start"])] = FORBIDDEN
         potentials[-1, ~np.array(meta["word_end"])] = FORBIDDEN
-        labels = viterbi(potentials, np.array(meta["word_transitions"], np.float32))
+        transitions, greedy = np.array(meta["word_transitions"], np.float32), potentials.argmax(1)
+        # A valid argmax path is the best path (no transition scores above 0), as WordDecoder.best_valid.
+        valid = (transitions[greedy[:-1], greedy[1:]] == 0).all()
+        labels = greedy if valid else viterbi(potentials, transitions)
     return labels, scores[np.arange(len(labels)), labels]
 
 

@@ -24,6 +24,7 @@ from xdist.scheduler import LoadFileScheduling
 from xtremedistil_tf.crf.layer import CRF
 from xtremedistil_tf.data.alignment import TagVocab, encode
 from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.io import atomic_write_text
 from xtremedistil_tf.students.artifact import StudentMeta, write_student_dir
 from xtremedistil_tf.students.models import build_bilstm_student
 
@@ -120,8 +121,9 @@ def write_tiny_vocab(directory: Path) -> Path:
     words = ["the", "in", "of", "to", "and", "at", "on", "is", "was", "paris", "berlin", "john", "mary"]
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "-"] + letters + \
         ["##" + c for c in letters] + words + [str(d) for d in range(10)] + ["##" + str(d) for d in range(10)]
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    # Atomic, with a temporary file of this process's own: the two worker processes of a multi-worker test write
+    # the same file at once, and a plain write_text let one read it truncated (WordPiece: "Missing [UNK] token").
+    atomic_write_text(directory / "vocab.txt", "\n".join(vocab) + "\n", own_tmp=True)
     return directory
 
 

@@ -9,10 +9,14 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from conftest import REPO
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from xtremedistil_tf.benchmarks import latency
+from xtremedistil_tf.benchmarks import latency, peers
+from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
+from xtremedistil_tf.students.artifact import StudentMeta, served_model
 from xtremedistil_tf.students.models import build_bilstm_student
 
 TINY_TEACHER = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
@@ -110,6 +114,47 @@ def _benchmark(*argv):
 
 
 @pytest.mark.slow
+def _profiled_macs(fn, length: int) -> int:
+    """The multiply-adds of the matrix products in fn(input_ids, attention_mask) at [1, length]: of each MatMul /
+    BatchMatMul of the frozen graph as TensorFlow's own profiler counts them (2 flops a multiply-add), and of each
+    Einsum (which the profiler does not count) the product of its indices' sizes."""
+    spec = tf.TensorSpec([1, length], tf.int32)
+    graph = convert_variables_to_constants_v2(tf.function(fn).get_concrete_function(spec, spec)).graph
+    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    options.update(output="none", account_type_regexes=[".*MatMul.*"])
+    flops = tf.compat.v1.profiler.profile(graph=graph, options=options).total_float_ops
+    assert flops > 0 and flops % 2 == 0
+    einsums = 0
+    for op in graph.get_operations():
+        if op.type == "Einsum":
+            sizes = {}
+            for subscripts, tensor in zip(op.get_attr("equation").decode().split("->")[0].split(","), op.inputs):
+                sizes.update(zip(subscripts, tensor.shape.as_list()))
+            einsums += int(np.prod(list(sizes.values())))
+    return flops // 2 + einsums
+
+
+def test_multiply_adds_per_query_are_what_tensorflows_profiler_counts():
+    """peers.teacher_macs / student_macs against an independent count: TensorFlow's profiler over the teacher's
+    exported graph and over the student's unrolled served graph (the fused kernel has no flops of its own), at two
+    lengths (attention grows with the square of the length)."""
+    config = latency.teacher_config(json.dumps(TINY_TEACHER))
+    student = build_bilstm_student(64, 11, embedding_dim=8, hidden=6, teacher_hidden=16)
+    for length in (8, 13):
+        teacher = latency.build_teacher(config, length)
+        num_tags = len(TagVocab(latency.LABELS))
+        expected = _profiled_macs(lambda i, m: teacher.logits_and_tags({"input_ids": i, "attention_mask": m})[0],
+                                  length)
+        assert peers.teacher_macs(config, length, num_tags) == expected
+        served = latency.fused_inference_model(student, length)
+        expected = _profiled_macs(lambda i, m: served({"input_ids": i, "attention_mask": m})["probs"], length)
+        assert peers.student_macs(served, length) == expected
+        # The Keras served model (a Bidirectional LSTM) counts the same.
+        assert peers.student_macs(served_model(student, StudentMeta(latency.LABELS)), length) == expected
+    # By hand, at 8 pieces: 1 layer of H 16, I 32 (4*256 + 2*16*32 + 2*8*16 = 2304) + the head 16 x tags.
+    assert peers.teacher_macs(config, 8, num_tags) == 8 * (2304 + 16 * num_tags)
+
+
 def test_peer_rows_time_the_teacher_and_students_as_deployed(tmp_path):
     """bin/benchmark latency --latency_peers: the teacher in TF and ONNX Runtime float32/int8, the
     student in every exported format, ids and text, each row and ratio printed and in the JSON."""
@@ -126,6 +171,10 @@ def test_peer_rows_time_the_teacher_and_students_as_deployed(tmp_path):
     teacher_int8 = rows["teacher", "onnxruntime", "onnx", "dynamic_int8", "ids"]["latency_ms"]
     lines = proc.stdout.splitlines()
     assert any(line.startswith("peers: threads 1 intra-op, 1 inter-op") for line in lines)
+    macs = peers["macs_per_query"]
+    assert sorted(macs) == ["8x6", "teacher"] and min(macs.values()) > 0
+    assert (f"multiply-adds per query of 8 pieces: teacher {macs['teacher'] / 1e6:.1f}M; 8x6 {macs['8x6'] / 1e6:.1f}M "
+            f"(teacher / student {macs['teacher'] / macs['8x6']:.1f}x)") in lines
     for key, row in rows.items():
         for batch in ("batch1", "batch32"):
             ms = row["latency_ms"][batch]

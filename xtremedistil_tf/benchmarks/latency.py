@@ -273,6 +273,7 @@ def _measure(teacher_spec, students, queries, seq_length, repeats, string_signat
               "students": [], "queries": queries, "seq_length": seq_length, "repeats": repeats,
               "student_heads_on": heads_on, "student_vocab_size": student_vocab, "machine": machine()}
     rows = peers.teacher_rows(teacher, ids, repeats, peer_threads, tmp) if peer_threads else []
+    macs = {"teacher": peers.teacher_macs(config, seq_length, len(TagVocab(LABELS)))}
     vocab, texts = word_texts(student_vocab, queries, seq_length)
     del teacher
     for e, h in students:
@@ -298,8 +299,10 @@ def _measure(teacher_spec, students, queries, seq_length, repeats, string_signat
         result["students"].append(_with_ratios(entry, result["teacher"]))
         if peer_threads:
             rows += peers.student_rows(trained, entry["name"], student_ids, vocab, texts, repeats, peer_threads, tmp)
+            macs[entry["name"]] = peers.student_macs(served, seq_length)
     if peer_threads:
-        result["peers"] = {"threads": peer_threads, "rows": peers.with_ratios(rows, peer_threads)}
+        result["peers"] = {"threads": peer_threads, "rows": peers.with_ratios(rows, peer_threads),
+                           "macs_per_query": macs}
     return result
 
 

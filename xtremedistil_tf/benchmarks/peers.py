@@ -14,6 +14,11 @@ Each row gets per-query ms, sentences per second per core (1000 / ms / threads) 
 students, the speedup over the int8 ONNX teacher at the same batch (teacher ms / student ms).
 Every runtime runs `threads` intra-op threads and one inter-op thread (`set_tensorflow_threads`
 must run before TensorFlow starts).
+
+Beside the times, the multiply-adds of one query (`teacher_macs`, `student_macs`; their ratio is
+the speedup at which the student would do its work no faster per multiply-add than the teacher:
+at batch 32, where both are compute-bound, a ratio of times well above it would need the student's
+small sequential matrix products to outrun the teacher's large ones).
 """
 from __future__ import annotations
 
@@ -52,6 +57,27 @@ def set_tensorflow_threads(threads: int, inter_op: int = 1) -> int:
             raise ValueError(f"--latency_threads={threads}: TensorFlow started before its threads could be set "
                              f"(intra, inter = {current}); run bin/benchmark latency --latency_peers on its own") from None
     return threads
+
+
+def teacher_macs(config, seq_length: int, num_tags: int) -> int:
+    """Multiply-adds of a BERT-family token teacher on one query of `seq_length` pieces: per layer
+    and position the query, key, value and output projections (4 H^2), the feed-forward (2 H I) and
+    attention's scores and mix (2 T H); then the tag head (H x num_tags) per position. Embedding
+    lookups, layer norms and softmaxes are not multiply-adds of matrices and are left out."""
+    hidden, inner, length = config.hidden_size, config.intermediate_size, seq_length
+    per_layer = 4 * hidden * hidden + 2 * hidden * inner + 2 * length * hidden
+    return length * (config.num_hidden_layers * per_layer + hidden * num_tags)
+
+
+def student_macs(served: tf.keras.Model, seq_length: int) -> int:
+    """Multiply-adds of a served BiLSTM student on one query of `seq_length` pieces: per position, every
+    weight matrix of its layers but the embedding (a lookup) multiplies one vector: each Dense kernel,
+    and per LSTM direction the input and recurrent kernels (Keras's Bidirectional LSTM, or
+    BlockBiLSTM's [2, D + H, 4H] `kernels`)."""
+    per_position = sum(int(np.prod(weight.shape)) for layer in served.layers
+                       if not isinstance(layer, tf.keras.layers.Embedding)
+                       for weight in layer.weights if "kernel" in weight.name.split("/")[-1])
+    return seq_length * per_position
 
 
 def _ms(call: Callable, batches: Sequence, repeats: int) -> float:
@@ -157,6 +183,12 @@ def format_lines(peers: dict, seq_length: int) -> List[str]:
              "sent/s/core = 1000 / ms / threads; x int8 teacher = the int8 ONNX teacher's ms / the row's",
              f"{'model':<10}{'runtime':<13}{'format':<13}{'quantize':<14}{'input':<7}{'b1 ms':>10}{'b32 ms':>10}"
              f"{'b1 sent/s/core':>16}{'b32 sent/s/core':>17}{'b1 x int8 teacher':>19}{'b32 x int8 teacher':>20}"]
+    macs = peers.get("macs_per_query", {})
+    if macs:
+        teacher = macs["teacher"]
+        lines.append(f"multiply-adds per query of {seq_length} pieces: teacher {teacher / 1e6:.1f}M; " + "; ".join(
+            f"{name} {value / 1e6:.1f}M (teacher / student {teacher / value:.1f}x)"
+            for name, value in macs.items() if name != "teacher"))
     for row in peers["rows"]:
         ms, rate = row["latency_ms"], row["sentences_per_second_per_core"]
         ratio = row.get("speedup_over_int8_onnx_teacher")

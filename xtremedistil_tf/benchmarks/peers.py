@@ -186,7 +186,7 @@ def format_lines(peers: dict, seq_length: int) -> List[str]:
     macs = peers.get("macs_per_query", {})
     if macs:
         teacher = macs["teacher"]
-        lines.append(f"multiply-adds per query of {seq_length} pieces: teacher {teacher / 1e6:.1f}M; " + "; ".join(
+        lines.insert(1, f"multiply-adds per query of {seq_length} pieces: teacher {teacher / 1e6:.1f}M; " + "; ".join(
             f"{name} {value / 1e6:.1f}M (teacher / student {teacher / value:.1f}x)"
             for name, value in macs.items() if name != "teacher"))
     for row in peers["rows"]:

@@ -155,6 +155,32 @@ def test_multiply_adds_per_query_are_what_tensorflows_profiler_counts():
     assert peers.teacher_macs(config, 8, num_tags) == 8 * (2304 + 16 * num_tags)
 
 
+def test_peer_rows_are_timed_interleaved_in_rounds(monkeypatch):
+    """time_rows runs each row's calls in `rounds` shares, every row in turn within a round (after three warm-up
+    calls each), and reports the median call time / batch size; a "time" here is what the fake call returns."""
+    log = []
+
+    def fake(name, seconds):
+        def call(batch):
+            log.append(name)
+            return seconds * len(batch)
+        return call
+
+    monkeypatch.setattr(peers, "call_seconds", lambda fn: fn())
+    queries = np.zeros((4, 3), np.int32)
+    rows = [peers._row(("a",) * 5, fake("a", 0.002), queries, 3, peers.query_batches),
+            peers._row(("b",) * 5, fake("b", 0.010), queries, 3, peers.query_batches)]
+    peers.time_rows(rows, rounds=3)
+    # Warm-up: 3 calls per row and batch size; then per round: a at batch 1 (4 of its 12 calls), a at batch 32
+    # (1 of 3), b alike.
+    assert log[:12] == ["a"] * 6 + ["b"] * 6
+    timed = log[12:]
+    assert timed == (["a"] * 5 + ["b"] * 5) * 3
+    assert [r["latency_ms"] for r in rows] == [{"batch1": pytest.approx(2.0), "batch32": pytest.approx(2.0)},
+                                               {"batch1": pytest.approx(10.0), "batch32": pytest.approx(10.0)}]
+    assert "_timers" not in rows[0]
+
+
 def test_peer_rows_time_the_teacher_and_students_as_deployed(tmp_path):
     """bin/benchmark latency --latency_peers: the teacher in TF and ONNX Runtime float32/int8, the
     student in every exported format, ids and text, each row and ratio printed and in the JSON."""
@@ -170,7 +196,9 @@ def test_peer_rows_time_the_teacher_and_students_as_deployed(tmp_path):
     assert sorted(rows) == sorted(expected)
     teacher_int8 = rows["teacher", "onnxruntime", "onnx", "dynamic_int8", "ids"]["latency_ms"]
     lines = proc.stdout.splitlines()
-    assert any(line.startswith("peers: threads 1 intra-op, 1 inter-op") for line in lines)
+    assert peers["rounds"] == 5
+    assert any(line.startswith("peers: threads 1 intra-op, 1 inter-op in TensorFlow, ONNX Runtime and LiteRT alike; "
+                               "all rows interleaved in 5 rounds; ") for line in lines)
     macs = peers["macs_per_query"]
     assert sorted(macs) == ["8x6", "teacher"] and min(macs.values()) > 0
     assert (f"multiply-adds per query of 8 pieces: teacher {macs['teacher'] / 1e6:.1f}M; 8x6 {macs['8x6'] / 1e6:.1f}M "

@@ -301,8 +301,8 @@ def _measure(teacher_spec, students, queries, seq_length, repeats, string_signat
             rows += peers.student_rows(trained, entry["name"], student_ids, vocab, texts, repeats, peer_threads, tmp)
             macs[entry["name"]] = peers.student_macs(served, seq_length)
     if peer_threads:
-        result["peers"] = {"threads": peer_threads, "rows": peers.with_ratios(rows, peer_threads),
-                           "macs_per_query": macs}
+        result["peers"] = {"threads": peer_threads, "rounds": peers.ROUNDS, "macs_per_query": macs,
+                           "rows": peers.with_ratios(peers.time_rows(rows), peer_threads)}
     return result
 
 

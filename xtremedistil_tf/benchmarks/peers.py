@@ -11,7 +11,9 @@ texts of seq_length - 2 one-piece words (latency.word_texts):
   ONNX and TFLite float32 and dynamic int8 through the shipped predict.py (Predictor.run for ids,
   Predictor.predict for text), TFLite at the fixed length seq_length.
 Each row gets per-query ms, sentences per second per core (1000 / ms / threads) and, for the
-students, the speedup over the int8 ONNX teacher at the same batch (teacher ms / student ms).
+students, the speedup over the int8 ONNX teacher at the same batch (teacher ms / student ms). All
+rows are built first and timed together, interleaved in rounds (`time_rows`), so that the ratios
+survive a machine whose speed drifts during the run.
 Every runtime runs `threads` intra-op threads and one inter-op thread (`set_tensorflow_threads`
 must run before TensorFlow starts).
 
@@ -23,14 +25,15 @@ small sequential matrix products to outrun the teacher's large ones).
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 from pathlib import Path
-from typing import Callable, List, Sequence
+from typing import Callable, List
 
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf.benchmarks.timing import BATCHES, LABELS, median_ms, query_batches
+from xtremedistil_tf.benchmarks.timing import BATCHES, LABELS, call_seconds, query_batches
 from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
 from xtremedistil_tf.export.formats import export_portable, quantize_onnx
 from xtremedistil_tf.export.serving import export_student
@@ -39,6 +42,7 @@ from xtremedistil_tf.students.artifact import StudentMeta, write_student_dir
 
 TEACHER_PEER = ("teacher", "onnxruntime", "onnx", "dynamic_int8", "ids")
 KEYS = ("model", "runtime", "format", "quantize", "input")
+ROUNDS = 5  # time_rows
 
 
 def set_tensorflow_threads(threads: int, inter_op: int = 1) -> int:
@@ -80,22 +84,30 @@ def student_macs(served: tf.keras.Model, seq_length: int) -> int:
     return seq_length * per_position
 
 
-def _ms(call: Callable, batches: Sequence, repeats: int) -> float:
-    """Per-query ms: the median over `repeats` passes over `batches` of a call's time / its batch size,
-    after three warm-up calls (latency._median_call_ms's protocol)."""
-    position = [0]
-
-    def step():
-        call(batches[position[0] % len(batches)])
-        position[0] += 1
-
-    return median_ms(step, repeats * len(batches), warmup=3) / len(batches[0])
-
-
 def _row(key, call: Callable, queries, repeats: int, batch_of: Callable) -> dict:
-    """One row: `call(batch)` timed at each of latency.BATCHES over batch_of(queries, batch)."""
-    return {**dict(zip(KEYS, key)),
-            "latency_ms": {f"batch{b}": _ms(call, batch_of(queries, b), repeats) for b in BATCHES}}
+    """One row, to be timed by `time_rows`: `call(batch)` at each of BATCHES over batch_of(queries, batch),
+    `repeats` passes."""
+    return {**dict(zip(KEYS, key)), "_timers": {b: (call, batch_of(queries, b), repeats) for b in BATCHES}}
+
+
+def time_rows(rows: List[dict], rounds: int = ROUNDS) -> List[dict]:
+    """Times every row, interleaved: three warm-up calls per row and batch size, then `rounds` rounds, each
+    running every row's next share of its calls in turn, so that a machine whose speed drifts over the
+    minutes of a run (this project's VM: 2x between runs 45 minutes apart) slows every row alike and the
+    ratios hold. Per-query ms ("latency_ms"): the median of a row's call times over all rounds / the batch."""
+    timers = [(row, b, call, batches, repeats * len(batches))
+              for row in rows for b, (call, batches, repeats) in row.pop("_timers").items()]
+    for _, _, call, batches, _ in timers:
+        for i in range(3):
+            call_seconds(lambda c=call, x=batches[i % len(batches)]: c(x))
+    samples: List[List[float]] = [[] for _ in timers]
+    for r in range(rounds):
+        for (_, _, call, batches, total), times in zip(timers, samples):
+            while len(times) < total * (r + 1) // rounds:
+                times.append(call_seconds(lambda c=call, x=batches[len(times) % len(batches)]: c(x)))
+    for (row, b, _, batches, _), times in zip(timers, samples):
+        row.setdefault("latency_ms", {})[f"batch{b}"] = 1e3 * statistics.median(times) / len(batches[0])
+    return rows
 
 
 def _ids_call(fn: Callable, numpy_inputs: bool) -> Callable:
@@ -178,8 +190,9 @@ def with_ratios(rows: List[dict], threads: int) -> List[dict]:
 def format_lines(peers: dict, seq_length: int) -> List[str]:
     """The peers table: one line per row."""
     threads = peers["threads"]
-    lines = [f"peers: threads {threads} intra-op, 1 inter-op in TensorFlow, ONNX Runtime and LiteRT alike; ids: the "
-             f"run's queries of {seq_length} pieces; text: {seq_length - 2} one-piece words a query; "
+    rounds = f"all rows interleaved in {peers['rounds']} rounds; " if "rounds" in peers else ""
+    lines = [f"peers: threads {threads} intra-op, 1 inter-op in TensorFlow, ONNX Runtime and LiteRT alike; {rounds}ids: "
+             f"the run's queries of {seq_length} pieces; text: {seq_length - 2} one-piece words a query; "
              "sent/s/core = 1000 / ms / threads; x int8 teacher = the int8 ONNX teacher's ms / the row's",
              f"{'model':<10}{'runtime':<13}{'format':<13}{'quantize':<14}{'input':<7}{'b1 ms':>10}{'b32 ms':>10}"
              f"{'b1 sent/s/core':>16}{'b32 sent/s/core':>17}{'b1 x int8 teacher':>19}{'b32 x int8 teacher':>20}"]

@@ -15,19 +15,17 @@ def median_ms(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
     The warm-up calls absorb tracing and XLA compilation.
     """
     for _ in range(warmup):
-        _materialize(fn())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        _materialize(fn())
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+        call_seconds(fn)
+    return 1e3 * statistics.median([call_seconds(fn) for _ in range(repeats)])
 
 
-def _materialize(outputs) -> None:
-    for tensor in tf.nest.flatten(outputs):
+def call_seconds(fn: Callable[[], object]) -> float:
+    """Wall time of fn() in seconds, waiting for every output tensor."""
+    start = time.perf_counter()
+    for tensor in tf.nest.flatten(fn()):
         if isinstance(tensor, tf.Tensor):
             tensor.numpy()
+    return time.perf_counter() - start
 
 
 # What bin/benchmark latency and its peer rows time: the batch sizes, and the label set of its random students and

@@ -113,7 +113,6 @@ def _benchmark(*argv):
                           text=True, env=env, timeout=900)
 
 
-@pytest.mark.slow
 def _profiled_macs(fn, length: int) -> int:
     """The multiply-adds of the matrix products in fn(input_ids, attention_mask) at [1, length]: of each MatMul /
     BatchMatMul of the frozen graph as TensorFlow's own profiler counts them (2 flops a multiply-add), and of each
@@ -181,6 +180,7 @@ def test_peer_rows_are_timed_interleaved_in_rounds(monkeypatch):
     assert "_timers" not in rows[0]
 
 
+@pytest.mark.slow
 def test_peer_rows_time_the_teacher_and_students_as_deployed(tmp_path):
     """bin/benchmark latency --latency_peers: the teacher in TF and ONNX Runtime float32/int8, the
     student in every exported format, ids and text, each row and ratio printed and in the JSON."""

@@ -13,8 +13,8 @@ that read as it). Then
   scheme's allowed moves as transitions (0 allowed, -1e4 forbidden: `crf.ops.allowed_transitions`,
   `apply_transition_constraints`) and its allowed first and last tags (`apply_boundary_constraints`).
   The first case is exact, not a shortcut: with every transition 0 or below, no path scores above the
-  sum of the per-word maxima, and a valid argmax path reaches it. It also skips the Viterbi's ~600
-  graph ops at batch 1 (0.37 ms of a served text of 30 words, docs/benchmarks.md), and it keeps the
+  sum of the per-word maxima, and a valid argmax path reaches it. It also skips ~440 of a served
+  text's graph ops at batch 1 (30 words: 956 -> 516 ops, 0.25 ms, docs/benchmarks.md), and it keeps the
   more probable label where the Viterbi's float32 running sum can no longer tell two labels apart
   (a long text of improbable words: a tie there goes to the lower label id).
 - "argmax": each word's best label on its own (what serving did before constrained decoding).

@@ -29,8 +29,8 @@ demo: $(STAMP)
 	$(PY) bin/report --work_dir=runs/demo --summary
 
 # Lint first (ruff.toml says what is checked). Two workers, each file on one worker (its module fixtures are built
-# once): the suite's time is mostly single-threaded graph tracing, so two processes halve it on 2 cores (675 tests:
-# 4m13s on a quiet clean clone, docs/benchmarks.md "Test suite time"; the aim is 5 minutes, issue 31).
+# once): the suite's time is mostly single-threaded graph tracing, so two processes halve it on 2 cores (687 tests:
+# 4m22s on a quiet clean clone in session 15, docs/benchmarks.md "Test suite time"; the aim is 5 minutes, issue 31).
 test: $(STAMP)
 	$(PY) -m ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" -q -n 2 --dist loadfile

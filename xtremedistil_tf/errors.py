@@ -46,9 +46,9 @@ class TrainingDiverged(XtremeDistilError):
 
 
 class Interrupted(XtremeDistilError):
-    """Ctrl-C: the run stopped where it was, with the same cleanup as any failure; exit 130."""
-
-    exit_code = 130
+    """Ctrl-C or SIGTERM: the run stopped where it was, with the same cleanup as any failure; the command
+    exits 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM), as a shell reports a process the
+    signal ended."""
 
 
 # Set by the commands' SIGINT handler (cli/common.py) besides raising KeyboardInterrupt: Python

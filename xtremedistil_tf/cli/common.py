@@ -153,18 +153,19 @@ def log_to_work_dir(work_dir) -> Path:
 
 def run_main(body: Callable[[], None]) -> None:
     """Run a command; a user error (bad data, flags, dirs) becomes one line on stderr and exit 2,
-    Ctrl-C one line and exit 130.
+    Ctrl-C or SIGTERM one line and exit 128 + the signal (130, 143).
 
     Tracebacks are for bugs, or with --verbose.
     """
     console.setup(FLAGS.verbose)
     INTERRUPT.clear()
+    _SIGNAL[0] = signal.SIGINT   # a KeyboardInterrupt our handler did not raise is Ctrl-C's
     main = threading.current_thread() is threading.main_thread()   # where Python runs signal handlers
     previous = signal.getsignal(signal.SIGINT) if main else None
     if previous is signal.default_int_handler:   # not where SIGINT is ignored
         signal.signal(signal.SIGINT, _interrupt)
     # SIGTERM (`kill`, a scheduler's stop) ends the run as Ctrl-C does: its step's temporary
-    # directory removed, one line, exit 130; by default it would kill the process where it stands.
+    # directory removed, one line, exit 143; by default it would kill the process where it stands.
     terminate = signal.getsignal(signal.SIGTERM) if main else None
     if terminate == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _interrupt)
@@ -174,12 +175,12 @@ def run_main(body: Callable[[], None]) -> None:
         if FLAGS.verbose:
             raise
         print("interrupted; rerun the same command to resume", file=sys.stderr, flush=True)
-        sys.exit(Interrupted.exit_code)
+        sys.exit(128 + int(_SIGNAL[0]))
     except Interrupted as e:
         if FLAGS.verbose:
             raise
         print(one_line(e), file=sys.stderr, flush=True)
-        sys.exit(e.exit_code)
+        sys.exit(128 + int(_SIGNAL[0]))
     except (XtremeDistilError, OSError) as e:
         if FLAGS.verbose:
             raise
@@ -192,8 +193,13 @@ def run_main(body: Callable[[], None]) -> None:
             signal.signal(signal.SIGTERM, terminate)
 
 
+# The signal that interrupted the command (run_main's exit status is 128 + its number).
+_SIGNAL = [signal.SIGINT]
+
+
 def _interrupt(signum, frame) -> None:
     """Ctrl-C (or SIGTERM): Python's KeyboardInterrupt, and errors.INTERRUPT set for the case it is swallowed."""
+    _SIGNAL[0] = signum
     INTERRUPT.set()
     raise KeyboardInterrupt
 

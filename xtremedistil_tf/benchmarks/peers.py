@@ -190,18 +190,17 @@ def with_ratios(rows: List[dict], threads: int) -> List[dict]:
 def format_lines(peers: dict, seq_length: int) -> List[str]:
     """The peers table: one line per row."""
     threads = peers["threads"]
-    rounds = f"all rows interleaved in {peers['rounds']} rounds; " if "rounds" in peers else ""
-    lines = [f"peers: threads {threads} intra-op, 1 inter-op in TensorFlow, ONNX Runtime and LiteRT alike; {rounds}ids: "
+    lines = [f"peers: threads {threads} intra-op, 1 inter-op in TensorFlow, ONNX Runtime and LiteRT alike; all rows "
+             f"interleaved in {peers['rounds']} rounds; ids: "
              f"the run's queries of {seq_length} pieces; text: {seq_length - 2} one-piece words a query; "
              "sent/s/core = 1000 / ms / threads; x int8 teacher = the int8 ONNX teacher's ms / the row's",
              f"{'model':<10}{'runtime':<13}{'format':<13}{'quantize':<14}{'input':<7}{'b1 ms':>10}{'b32 ms':>10}"
              f"{'b1 sent/s/core':>16}{'b32 sent/s/core':>17}{'b1 x int8 teacher':>19}{'b32 x int8 teacher':>20}"]
-    macs = peers.get("macs_per_query", {})
-    if macs:
-        teacher = macs["teacher"]
-        lines.insert(1, f"multiply-adds per query of {seq_length} pieces: teacher {teacher / 1e6:.1f}M; " + "; ".join(
-            f"{name} {value / 1e6:.1f}M (teacher / student {teacher / value:.1f}x)"
-            for name, value in macs.items() if name != "teacher"))
+    macs = peers["macs_per_query"]
+    teacher = macs["teacher"]
+    lines.insert(1, f"multiply-adds per query of {seq_length} pieces: teacher {teacher / 1e6:.1f}M; " + "; ".join(
+        f"{name} {value / 1e6:.1f}M (teacher / student {teacher / value:.1f}x)"
+        for name, value in macs.items() if name != "teacher"))
     for row in peers["rows"]:
         ms, rate = row["latency_ms"], row["sentences_per_second_per_core"]
         ratio = row.get("speedup_over_int8_onnx_teacher")

@@ -1,4 +1,5 @@
 """Installs the package and the bin/ commands as console scripts (xtremedistil-train, ...)."""
+import re
 from pathlib import Path
 
 from setuptools import find_packages, setup
@@ -6,10 +7,12 @@ from setuptools import find_packages, setup
 HERE = Path(__file__).parent
 REQUIREMENTS = [line.split("#")[0].strip() for line in (HERE / "requirements.txt").read_text().splitlines()
                 if line.split("#")[0].strip() and not line.startswith("pytest")]
+# One version: xtremedistil_tf.__version__, which CHANGELOG.md's latest release names too (tests/test_headline.py).
+VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "xtremedistil_tf" / "__init__.py").read_text(), re.M).group(1)
 
 setup(
     name="xtremedistil_tf",
-    version="0.1.0",
+    version=VERSION,
     description="Distil BERT-family NER and classification teachers into small, fast TensorFlow students",
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",

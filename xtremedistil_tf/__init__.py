@@ -9,4 +9,4 @@ from xtremedistil_tf.losses import uncertainty as _uncertainty  # noqa: E402,F40
 from xtremedistil_tf.crf import layer as _crf_layer  # noqa: E402,F401
 from xtremedistil_tf.engine import schedules as _schedules  # noqa: E402,F401
 
-__version__ = "0.1.0"
+__version__ = "0.9.0"   # setup.py reads it; CHANGELOG.md names it

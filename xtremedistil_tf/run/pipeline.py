@@ -57,7 +57,15 @@ from xtremedistil_tf.methods.student_run import (
     save_student,
 )
 from xtremedistil_tf.run.lock import work_dir_lock
-from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir, fingerprint_hash, naming_step, read_streams, with_inputs
+from xtremedistil_tf.run.workdir import (
+    INPUTS,
+    STEP_FILE,
+    WorkDir,
+    fingerprint_hash,
+    naming_step,
+    read_streams,
+    with_inputs,
+)
 from xtremedistil_tf.students.artifact import CLASSIFIER
 from xtremedistil_tf.teachers.classifier import (
     build_sequence_teacher,
@@ -188,7 +196,7 @@ def _load_data_step(work: WorkDir, cfg: RunConfig, fingerprint: dict, stamps: di
         atomic_write_json(tmp / "labels.json", labels)
         return {"labels": labels, **{f"{k}_sentences": len(v) for k, v in splits.items()}}
 
-    work.run_step("data", fingerprint, build, stamps)
+    work.run_step("data", fingerprint, build, stamps, hint=transfer_text_hint)
 
 
 def teacher_is_finetuned(cfg: RunConfig) -> bool:
@@ -233,8 +241,10 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
     teacher's `scores` are its class scores. A step made before `scores` were decoded so gets them added
     once (`_add_decoded_scores`)."""
     tc = cfg.teacher
-    fingerprint = {**upstream, "teacher": {k: v for k, v in asdict(tc).items() if k != "layer"}}
-    fingerprint["teacher"]["finetune"].pop("progress", None)
+    teacher = {k: v for k, v in asdict(tc).items() if k != "layer"}
+    teacher["finetune"].pop("progress", None)
+    fingerprint = {**labeled_data_fingerprint(cfg, upstream), "teacher": teacher}
+    _adopt_full_fingerprint(work, {**upstream, "teacher": teacher}, fingerprint)
 
     def build(tmp: Path) -> dict:
         splits = load_data(work)
@@ -270,7 +280,44 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
         work.run_step("teacher", fingerprint, build)
         _add_decoded_scores(work, cfg)
     clear_checkpoints(work, "teacher")
-    return fingerprint
+    return {**upstream, "teacher": teacher}   # the steps after it read the transfer text: all of the data
+
+
+# The settings that make only the unlabeled transfer set: a fine-tuned teacher never reads it.
+TRANSFER_DATA = ("transfer_file", "transfer_char_level", "transfer_from_train_rest")
+
+
+def labeled_data_fingerprint(cfg: RunConfig, upstream: dict) -> dict:
+    """The data step's fingerprint as the teacher step sees it: the labeled splits' settings and files, with the
+    transfer settings (TRANSFER_DATA) at their defaults and the --transfer_file's content left out, so that a run
+    given other unlabeled text keeps its fine-tuned teacher (the teacher-output caches and the student, which read
+    the text, are remade). Equal to `upstream` for a run without transfer text, so work dirs made before the teacher
+    was keyed so keep their teacher. A random teacher (`--teacher=random`) takes its vocabulary from the transfer
+    text too: it keeps all of `upstream`."""
+    if cfg.teacher.name == RANDOM_ALIAS:
+        return upstream
+    labeled = replace(cfg.data, **{name: getattr(DataConfig(), name) for name in TRANSFER_DATA})
+    paths = set(input_files(labeled))
+    inputs = {path: sha for path, sha in upstream.get(INPUTS, {}).items() if path in paths}
+    return {"data": labeled.to_dict(), **({INPUTS: inputs} if inputs else {})}
+
+
+def _adopt_full_fingerprint(work: WorkDir, full: dict, fingerprint: dict) -> None:
+    """A teacher step made before its fingerprint left out the transfer text (keyed by all of the data: `full`)
+    is recorded under `fingerprint` instead; the teacher is the same."""
+    stored = work.stored("teacher")
+    if full != fingerprint and stored.get("hash") == fingerprint_hash(full):
+        work.refingerprint("teacher", fingerprint)
+        log.info("teacher: recorded under its labeled data only (other transfer text keeps it)")
+
+
+def transfer_text_hint(diffs: List[str]) -> str:
+    """The data step's refusal, when only the transfer text differs: what --overwrite keeps."""
+    if diffs and all("--transfer_file" in d or d.startswith(tuple(f"data.{n}:" for n in TRANSFER_DATA))
+                     for d in diffs):
+        return ("; only the unlabeled transfer text differs: --overwrite keeps the fine-tuned teacher and remakes "
+                "the teacher outputs and the student")
+    return ""
 
 
 def _is_checkpoint(teacher) -> bool:

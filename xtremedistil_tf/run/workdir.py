@@ -217,8 +217,10 @@ class WorkDir:
         """stamp_files of step `name`'s input files, against the stamps its step.json keeps."""
         return stamp_files(files, self.stored(name).get(INPUTS))
 
-    def is_done(self, name: str, fingerprint: dict, stamps: Optional[dict] = None) -> bool:
-        """True if step `name` finished with this fingerprint; raises if another config made it.
+    def is_done(self, name: str, fingerprint: dict, stamps: Optional[dict] = None,
+                hint: Optional[Callable[[list], str]] = None) -> bool:
+        """True if step `name` finished with this fingerprint; raises if another config made it (`hint`:
+        the differences named -> more words for that refusal).
 
         With --overwrite a step of another config is not done, but its artifact stays in place
         until the new one is complete (run_step swaps it in)."""
@@ -247,16 +249,17 @@ class WorkDir:
             d.startswith("data.word_split: None") for d in diffs) else "")
         raise ConfigError(
             f"{self.path(name)} {what} ({'; '.join(diffs[:6]) or 'unknown'}); "
-            f"use a new --work_dir, or pass --overwrite to replace it and every later step{split}")
+            f"use a new --work_dir, or pass --overwrite to replace it and every later step{split}"
+            f"{hint(diffs) if hint else ''}")
 
     def run_step(self, name: str, fingerprint: dict, build: Callable[[Path], Optional[dict]],
-                 stamps: Optional[dict] = None) -> Path:
+                 stamps: Optional[dict] = None, hint: Optional[Callable[[list], str]] = None) -> Path:
         """Build step `name` into a temporary dir and rename it into place, unless already done.
 
         `build(tmp_dir)` writes the artifact; its returned dict (if any) is stored in step.json.
         `stamps` (stamp_files of the step's input files) are kept there for the next run's fast check.
         """
-        if self.is_done(name, fingerprint, stamps):
+        if self.is_done(name, fingerprint, stamps, hint):
             log.info("step %s: done already (%s), skipped", name, self.path(name))
             return self.path(name)
         if name in self.must_be_done:
@@ -293,6 +296,13 @@ class WorkDir:
             self.replaced.append(name)
         atomic_write_json(self.path(name) / STEP_FILE, {"hash": fingerprint_hash(fingerprint),
                                                         "fingerprint": fingerprint, "info": info or {}})
+
+    def refingerprint(self, name: str, fingerprint: dict) -> None:
+        """Record finished step `name` under `fingerprint` (its artifact and info as they are): for a step whose
+        fingerprint came to leave out a setting that never changed what it makes."""
+        stored = self.stored(name)
+        atomic_write_json(self.path(name) / STEP_FILE,
+                          {**stored, "hash": fingerprint_hash(fingerprint), "fingerprint": fingerprint})
 
     def add_info(self, name: str, info: dict) -> None:
         """Merge `info` into the recorded info of finished step `name`; its fingerprint stays as it is."""

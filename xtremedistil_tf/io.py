@@ -16,10 +16,16 @@ import sys
 from pathlib import Path
 from typing import Iterator, List, Sequence
 
+from xtremedistil_tf import stop
+
 
 @contextlib.contextmanager
 def atomic_dir(directory) -> Iterator[Path]:
-    """Yield a temporary sibling dir to fill; on success it replaces `directory` in one rename."""
+    """Yield a temporary sibling dir to fill; on success it replaces `directory` in one rename.
+
+    A build that a stop signal reached (Ctrl-C, SIGTERM: stop.py) is never committed, even if it
+    returned (the interrupt may have been turned into another error and swallowed on the way); the
+    clean-up and the renames are not cut short by a signal (`stop.deferred`)."""
     final = Path(directory)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(final.name + ".tmp")
@@ -27,33 +33,43 @@ def atomic_dir(directory) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
+        stop.raise_if_interrupted()
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with stop.deferred():
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if final.exists():
-        # Directories cannot be swapped atomically; move the old one aside first so that a
-        # kill between the two renames leaves the old artifact recoverable, never a mix.
-        old = final.with_name(final.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
+    with stop.deferred():
+        if final.exists():
+            # Directories cannot be swapped atomically; move the old one aside first so that a
+            # kill between the two renames leaves the old artifact recoverable, never a mix.
+            old = final.with_name(final.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
 
 
 def atomic_write_text(path, text: str, own_tmp: bool = False) -> None:
     """`own_tmp`: the temporary file is named for this process (`<name>.<pid>-<random>.tmp`), so
     processes that may write the same file at once (workers sharing a cache dir) never write
-    into one temporary file; the last rename wins."""
+    into one temporary file; the last rename wins. A failed or interrupted write leaves no
+    temporary file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp" if own_tmp else path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        with stop.deferred():
+            os.replace(tmp, path)
+    except BaseException:
+        with stop.deferred():
+            tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Callable, FrozenSet, List, Sequence, Tuple
 
 from absl import app, flags
 
-from xtremedistil_tf import console
-from xtremedistil_tf.errors import INTERRUPT, ConfigError, Interrupted, XtremeDistilError
+from xtremedistil_tf import console, stop
+from xtremedistil_tf.errors import ConfigError, Interrupted, XtremeDistilError
 
 FLAGS = flags.FLAGS
 
@@ -153,55 +151,44 @@ def log_to_work_dir(work_dir) -> Path:
 
 def run_main(body: Callable[[], None]) -> None:
     """Run a command; a user error (bad data, flags, dirs) becomes one line on stderr and exit 2,
-    Ctrl-C or SIGTERM one line and exit 128 + the signal (130, 143).
+    Ctrl-C or SIGTERM one line and exit 128 + the signal (130, 143): at any moment, also when the
+    interrupt surfaced as another exception (stop.py), and when it came before the work started
+    (`stop.NOT_STARTED`).
 
     Tracebacks are for bugs, or with --verbose.
     """
     console.setup(FLAGS.verbose)
-    INTERRUPT.clear()
-    _SIGNAL[0] = signal.SIGINT   # a KeyboardInterrupt our handler did not raise is Ctrl-C's
-    main = threading.current_thread() is threading.main_thread()   # where Python runs signal handlers
-    previous = signal.getsignal(signal.SIGINT) if main else None
-    if previous is signal.default_int_handler:   # not where SIGINT is ignored
-        signal.signal(signal.SIGINT, _interrupt)
-    # SIGTERM (`kill`, a scheduler's stop) ends the run as Ctrl-C does: its step's temporary
-    # directory removed, one line, exit 143; by default it would kill the process where it stands.
-    terminate = signal.getsignal(signal.SIGTERM) if main else None
-    if terminate == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _interrupt)
+    # bin/* have the handler from the package's first line; a command run in-process (tests' drivers) from here.
+    in_process = stop.install()
     try:
-        body()
-    except KeyboardInterrupt:   # outside any step (a step's own becomes Interrupted, naming it)
+        if stop.received() is not None and not FLAGS.verbose:
+            _stopped(stop.NOT_STARTED)
+        with stop.armed():
+            body()
+            stop.raise_if_interrupted()   # a signal whose KeyboardInterrupt was swallowed on the way
+    except SystemExit as e:
+        if stop.received() is None or e.code == stop.exit_status():
+            raise
+        _stopped("interrupted; rerun the same command to resume")
+    except BaseException as e:
         if FLAGS.verbose:
             raise
-        print("interrupted; rerun the same command to resume", file=sys.stderr, flush=True)
-        sys.exit(128 + int(_SIGNAL[0]))
-    except Interrupted as e:
-        if FLAGS.verbose:
-            raise
-        print(one_line(e), file=sys.stderr, flush=True)
-        sys.exit(128 + int(_SIGNAL[0]))
-    except (XtremeDistilError, OSError) as e:
-        if FLAGS.verbose:
-            raise
-        print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        if stop.received() is not None or isinstance(e, KeyboardInterrupt):
+            _stopped(one_line(e) if isinstance(e, Interrupted) else "interrupted; rerun the same command to resume")
+        if isinstance(e, (XtremeDistilError, OSError)):
+            print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        raise
     finally:
-        if previous is signal.default_int_handler:
-            signal.signal(signal.SIGINT, previous)
-        if terminate == signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, terminate)
+        if in_process:
+            stop.uninstall()
+            stop.reset()
 
 
-# The signal that interrupted the command (run_main's exit status is 128 + its number).
-_SIGNAL = [signal.SIGINT]
-
-
-def _interrupt(signum, frame) -> None:
-    """Ctrl-C (or SIGTERM): Python's KeyboardInterrupt, and errors.INTERRUPT set for the case it is swallowed."""
-    _SIGNAL[0] = signum
-    INTERRUPT.set()
-    raise KeyboardInterrupt
+def _stopped(line: str) -> None:
+    """The interrupt's one line, and exit 128 + its signal. Further signals are only recorded from here on."""
+    print(line, file=sys.stderr, flush=True)
+    sys.exit(stop.exit_status())
 
 
 def one_line(error: Exception) -> str:

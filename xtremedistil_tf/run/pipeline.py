@@ -26,6 +26,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf import stop
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 from xtremedistil_tf.data.alignment import encode
 from xtremedistil_tf.data.classification import class_labels_of, encode_texts
@@ -790,7 +791,7 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfe
         # steps of this run, none of the replaced artifacts or those built on them.
         if work.replaced and work.path("metrics.json").exists():
             step_metrics(work, current)
-        if isinstance(e, KeyboardInterrupt):
+        if isinstance(e, KeyboardInterrupt) or stop.received() is not None:   # also as another exception (stop.py)
             resume = next((name for name in STEPS if name not in current), "metrics")
             raise Interrupted(f"interrupted; rerun the same command to resume from step {resume}") from None
         raise

@@ -46,6 +46,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf import stop
 from xtremedistil_tf.io import atomic_write_json, fsync_dir, fsync_file, read_json
 
 MANIFEST = "manifest.json"
@@ -545,6 +546,27 @@ def _write_shard(out_dir: Path, index: int, num_shards: int, start: int, end: in
     """
     final = out_dir / shard_name(index, num_shards)
     tmp = final.with_name(final.name + ".tmp")
+    try:
+        _fill_shard(tmp, start, end, compute_batch, batch_size, layout, state, bar)
+        on_disk = read_json(out_dir / STATE).get("features")
+        if on_disk is None:
+            atomic_write_json(out_dir / STATE, state, own_tmp=True)
+        elif on_disk != _normalize_json(state["features"]):   # another worker's shards hold other arrays
+            raise ConfigError(f"{final.name}: its examples hold {json.dumps(state['features'])[:300]} but the shards "
+                              f"already in {out_dir} hold {json.dumps(on_disk)[:300]}; the workers must compute the "
+                              "same arrays (same teacher, data and settings)")
+        with stop.deferred():
+            os.replace(tmp, final)
+    except BaseException:   # a failed or interrupted shard leaves no .tmp behind
+        with stop.deferred():
+            tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(out_dir)
+
+
+def _fill_shard(tmp: Path, start: int, end: int, compute_batch: ComputeBatch, batch_size: int, layout: Layout,
+                state: dict, bar: Any) -> None:
+    """Write examples [start, end) into `tmp`, batch by batch, and sync it."""
     with tf.io.TFRecordWriter(str(tmp)) as writer:
         for b_start, b_end in _batches(start, end, batch_size):
             batch = dict(compute_batch(b_start, b_end))
@@ -554,15 +576,6 @@ def _write_shard(out_dir: Path, index: int, num_shards: int, start: int, end: in
                 writer.write(record)
             bar.update(b_end - b_start)
     fsync_file(tmp)
-    on_disk = read_json(out_dir / STATE).get("features")
-    if on_disk is None:
-        atomic_write_json(out_dir / STATE, state, own_tmp=True)
-    elif on_disk != _normalize_json(state["features"]):   # another worker's shards hold other arrays
-        raise ConfigError(f"{final.name}: its examples hold {json.dumps(state['features'])[:300]} but the shards "
-                          f"already in {out_dir} hold {json.dumps(on_disk)[:300]}; the workers must compute the "
-                          "same arrays (same teacher, data and settings)")
-    os.replace(tmp, final)
-    fsync_dir(out_dir)
 
 
 def _shard_bounds(num_examples: int, shard_size: int) -> list[tuple[int, int]]:

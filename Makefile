@@ -31,7 +31,7 @@ demo: $(STAMP)
 
 # Lint first (ruff.toml says what is checked). Two workers, each file on one worker (its module fixtures are built
 # once): the suite's time is mostly single-threaded graph tracing, so two processes halve it on 2 cores (687 tests:
-# 4m22s on a quiet clean clone in session 15, docs/benchmarks.md "Test suite time"; the aim is 5 minutes, issue 31).
+# 4m22s on a quiet clean clone at 8bc60ad, docs/benchmarks.md section 6; the aim is 5 minutes, issue 31).
 test: $(STAMP)
 	$(PY) -m ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" -q -n 2 --dist loadfile
@@ -41,7 +41,7 @@ test-slow: $(STAMP)
 
 # The part of the slow tier CI runs after `make test` (.ci/run): the whole tier (98 tests, more than an hour
 # serially on 2 cores) would not fit CI's 90 minutes with a margin. These are the slow tests no default-tier
-# test stands in for (README "Tests"): runs killed with SIGKILL and resumed, the full formats table, a diverging
+# test stands in for (docs/testing.md): runs killed with SIGKILL and resumed, the full formats table, a diverging
 # student through bin/train, bin/distil_lm end to end; and the end-to-end tests moved out of the default tier
 # for its 5 minutes (issue 31 item 5): a bin/train run's console, the multi-grained method through the pipeline,
 # a CRF student's save and reload, the served split from training to bin/evaluate, bin/benchmark teacher, the

@@ -9,7 +9,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-# Before anything imports TensorFlow: Keras 2 through tf-keras (README "Stack"), no model hub.
+# Before anything imports TensorFlow: Keras 2 through tf-keras (docs/architecture.md, "The stack"), no model hub.
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"

@@ -1,8 +1,8 @@
 """A TF Serving SavedModel of a student: raw strings in, word tags and entity spans out.
 
 Everything runs in the graph: invalid UTF-8 replaced as Python's bytes.decode("utf-8",
-errors="replace") does, the training tokenizer's word split with byte offsets and WordPiece ids
-per word (export.words.WordPieces), windows of pieces with [CLS]/[SEP], the student, the word's
+errors="replace") does, the training tokenizer's word split with byte offsets and the pieces of each word
+(export.words: WordPieces, or SentencePieces for XLM-R/CamemBERT teachers), windows of pieces with [CLS]/[SEP], the student, the word's
 tag read at its first piece (as in data/alignment.py): for softmax students the best sequence of
 word labels the tag scheme allows, or the argmax (crf/decoding.py, `decode`), for CRF students
 the CRF's Viterbi over the pieces; lenient span decoding (as schemes.tags_to_spans) and byte ->
@@ -27,9 +27,11 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
 from xtremedistil_tf.export.bfloat16 import check_cpu, in_bfloat16
 from xtremedistil_tf.students.artifact import (CLASSIFIER, StudentMeta, block_bilstm, clone_replacing, check_servable,
-                                            load_student_dir, read_config, served_model)
+                                            load_student_dir, read_config, sentencepiece_model, served_model)
 from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, pruned_embedding
-from xtremedistil_tf.export.words import WordPieces, row_ids
+from xtremedistil_tf.export.words import SentencePieces, WordPieces, WordSplit, row_ids
+from xtremedistil_tf.teachers.families import UNIGRAM, WORDPIECE
+from xtremedistil_tf.teachers.model import load_tokenizer
 from xtremedistil_tf.io import atomic_dir, atomic_write_json, read_json
 
 # Prefix codes of a word's tag for span decoding; I- and M- (BMES) are the same "inside".
@@ -186,10 +188,11 @@ class NerServing(tf.Module):
 
     def __init__(self, model: tf.keras.Model, config: StudentMeta, vocab: Optional[List[str]],
                  keep_ids: Optional[np.ndarray] = None, xla_lengths: Sequence[int] = (), unroll: bool = False,
-                 bfloat16: bool = False, decode: str = DEFAULT_DECODE):
-        """`vocab`: the WordPiece vocabulary of the in-graph tokenizer; None for a module whose only
-        entry is `ids` (or `decode_windows`), as the Python tagger of a student of another tokenizer
-        family uses (export.predictor), and which `export_student` never saves.
+                 bfloat16: bool = False, decode: str = DEFAULT_DECODE, tokenizer: Optional[WordSplit] = None):
+        """`vocab`: the WordPiece vocabulary of the in-graph tokenizer; `tokenizer`: instead, the in-graph tokenizer
+        of another family (export.words.SentencePieces). With neither, a module whose only entry is `ids` (or
+        `decode_windows`), as the Python tagger of a student of another tokenizer family uses (export.predictor)
+        and the ONNX/TFLite exports of one, and which `export_student` never saves.
         `keep_ids`: serve only these pieces of `vocab` (export.vocabulary.kept_piece_ids).
         `xla_lengths`: window lengths (in pieces, with [CLS]/[SEP]) at which a BiLSTM student runs
         unrolled under XLA; a batch of windows goes to the shortest one that holds it (padded),
@@ -241,8 +244,12 @@ class NerServing(tf.Module):
         # Transformer students have position embeddings for max_seq_length; BiLSTMs take any length.
         self._budget = config.max_seq_length - 2 if config.architecture == "transformer" else None
         if vocab is not None:
-            self.tokenizer = WordPieces(vocab, config.lower_case)
-            self._cls, self._sep, self._pad = (vocab.index(p) for p in ("[CLS]", "[SEP]", "[PAD]"))
+            tokenizer = WordPieces(vocab, config.lower_case)
+        if tokenizer is not None:
+            self.tokenizer = tokenizer
+            self._cls, self._sep, self._pad = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+            # The tokenizer's resources (the SentencePiece model) saved with the module.
+            self.tokenizer_modules = list(tokenizer.modules)
         words, prefixes, type_ids, types = tag_tables(config)
         self._word_labels = tf.constant(words)
         self._prefixes = tf.constant(prefixes, tf.int32)
@@ -257,12 +264,23 @@ class NerServing(tf.Module):
     def from_student_dir(cls, student_dir, prune_corpus: Sequence[Path] = (), min_count: int = 1,
                          keep_characters: bool = True, xla_lengths: Sequence[int] = (),
                          unroll: bool = False, bfloat16: bool = False,
-                         decode: str = DEFAULT_DECODE) -> "NerServing":
+                         decode: str = DEFAULT_DECODE, fmt: str = "saved_model") -> "NerServing":
         """The saved student; with `prune_corpus`, serving only the pieces those texts use
-        (export.vocabulary); `xla_lengths`, `unroll`, `bfloat16`, `decode` as in __init__. A student of a
-        tokenizer other than WordPiece is refused (students.artifact.check_servable)."""
-        check_servable(read_config(student_dir), student_dir)
+        (export.vocabulary); `xla_lengths`, `unroll`, `bfloat16`, `decode` as in __init__. A student whose pieces
+        an export in `fmt` cannot make is refused (students.artifact.check_servable). For a saved_model, a
+        SentencePiece Unigram student gets its in-graph tokenizer (export.words.SentencePieces); other families'
+        ONNX/TFLite exports tokenize in predict.py, and their module has no tokenizer."""
+        check_servable(read_config(student_dir), student_dir, fmt)
         model, config, vocab = load_student_dir(student_dir)
+        if config.tokenizer_family != WORDPIECE:
+            if prune_corpus:
+                raise ConfigError(f"--prune_vocab prunes WordPiece vocabularies; {student_dir} reads the pieces of a "
+                                  f"{config.tokenizer_family} tokenizer")
+            tokenizer = None
+            if fmt == "saved_model" and config.tokenizer_family == UNIGRAM:
+                tokenizer = SentencePieces.of_tokenizer(load_tokenizer(str(Path(student_dir) / "tokenizer")),
+                                                        sentencepiece_model(student_dir))
+            return cls(model, config, None, None, xla_lengths, unroll, bfloat16, decode, tokenizer=tokenizer)
         keep_ids = None
         if prune_corpus:
             counts = piece_counts(corpus_texts(prune_corpus), vocab, config.lower_case)
@@ -450,8 +468,9 @@ def export_student(student_dir, export_dir, name: str = "ner", version: int = 0,
     `bfloat16` (bin/export --quantize=bfloat16): weights stored and computed in bfloat16 (as in
     NerServing), refused on a CPU without bfloat16 units (export.bfloat16.check_cpu).
     assets.extra/ (which TF Serving ignores) gets the student's student.json (bin/predict and
-    clients read the tags there), the served vocab.txt (the ids the `ids` signature takes) and
-    export.json ({"decode": how word tags are decoded}, which bin/evaluate reports).
+    clients read the tags there), the served vocab.txt (the ids the `ids` signature takes; for a SentencePiece
+    student its tokenizer/ instead) and export.json ({"decode": how word tags are decoded}, which bin/evaluate
+    reports).
     """
     check_decode(decode)
     if bfloat16:
@@ -471,6 +490,9 @@ def export_student(student_dir, export_dir, name: str = "ner", version: int = 0,
         tf.saved_model.save(module, str(tmp), signatures=signatures)
         (tmp / "assets.extra").mkdir()
         shutil.copyfile(student_dir / "student.json", tmp / "assets.extra" / "student.json")
-        (tmp / "assets.extra" / "vocab.txt").write_text("".join(p + "\n" for p in module.vocab), encoding="utf-8")
+        if module.vocab is not None:
+            (tmp / "assets.extra" / "vocab.txt").write_text("".join(p + "\n" for p in module.vocab), encoding="utf-8")
+        else:
+            shutil.copytree(student_dir / "tokenizer", tmp / "assets.extra" / "tokenizer")
         atomic_write_json(tmp / "assets.extra" / EXPORT_META, {"decode": module.decode})
     return target, module

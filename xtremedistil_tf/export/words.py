@@ -104,28 +104,23 @@ def row_ids(ragged: tf.RaggedTensor):
     return tf.searchsorted(splits[1:], tf.range(splits[-1]), side="right", out_type=splits.dtype)
 
 
-class WordPieces:
-    """The served tokenizer: UTF-8 text -> words, split as the training tokenizer splits them
-    (bert_char_classes), with their byte offsets -> WordPiece ids of each word (tensorflow-text's
-    FastWordpieceTokenizer on the word normalized as the BERT normalizer does: characters that vanish
-    removed; with `lower_case`, NFD, combining marks (Mn) removed, lower case). Every word has at
-    least one piece ([UNK] if the WordPiece tokenizer gives none)."""
+class WordSplit:
+    """The served word split: UTF-8 text -> words, split as the training tokenizer splits them
+    (bert_char_classes), with their byte offsets. `tokenize` gives each word's pieces by the subclass's
+    `pieces`: WordPiece (`WordPieces`) or SentencePiece (`SentencePieces`)."""
 
-    def __init__(self, vocab: Sequence[str], lower_case: bool):
+    def __init__(self, lower_case: bool):
         classes = bert_char_classes(lower_case)
         self.lower_case = lower_case
         self._vanish = classes["vanish"]
         self._delimiter = _union(classes["space"], classes["punct"], classes["cjk"])
         self._word_of_its_own = _union(classes["punct"], classes["cjk"])
-        self._unk = list(vocab).index("[UNK]")
-        # Each word is one WordPiece input: no splitting of its own (its punctuation tables may differ).
-        self.wordpiece = tf_text.FastWordpieceTokenizer(list(vocab), token_out_type=tf.int32, unknown_token="[UNK]",
-                                                        no_pretokenization=True)
 
     def words(self, text):
         """Words of valid UTF-8 texts [B]: (words [B, (W)] string, start [B, (W)], end [B, (W)] int64 bytes,
         end exclusive). Characters that vanish are left out at a word's edges; a word of nothing else
-        is dropped, as the training tokenizer drops it."""
+        is dropped, as the training tokenizer drops it. A NUL inside a word reads as U+0001 (it vanishes as that does
+        under the BERT normalizer; SentencePieces reads the words from the text instead)."""
         # regex_split_with_offsets ends a text at NUL; \x01 vanishes as NUL does and has its length.
         text = tf.strings.regex_replace(text, "\\x00", "\x01")
         words, start, end, splits = gen_regex_split_ops.regex_split_with_offsets(
@@ -146,6 +141,52 @@ class WordPieces:
         trimmed = tf.strings.substr(flat, lead, length - lead - trail)
         return ragged(trimmed), ragged(start_byte), ragged(end_byte)
 
+    # The tf.Modules holding resources that a SavedModel of the tokenizer must track.
+    modules: Sequence[tf.Module] = ()
+
+    def piece_input(self, text, words, start, end):
+        """What `pieces` reads of the `words` [B, (W)] of texts [B] (start and end bytes [B, (W)]): the words [W]."""
+        return words.flat_values
+
+    def pieces(self, words):
+        """Piece ids [W, (P)] int32 of `piece_input`'s words [W], at least one per word."""
+        raise NotImplementedError
+
+    def tokenize(self, text):
+        """(pieces [B, (W), (P)] int32, start [B, (W)], end [B, (W)] int64 bytes) of valid UTF-8 texts [B]."""
+        words, start, end = self.words(text)
+        pieces = self.pieces(self.piece_input(text, words, start, end))
+        return tf.RaggedTensor.from_row_splits(pieces, words.row_splits, validate=False), start, end
+
+
+def at_least_one(pieces, unk_id: int):
+    """Piece ids [W, (P)] with one `unk_id` for each word of no pieces, as the training alignment gives it
+    (data/alignment.word_pieces)."""
+    # The pieces move right by the [UNK]s before them (a scatter, a handful of ops where a ragged concat and
+    # mask take dozens).
+    splits = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(tf.maximum(pieces.row_lengths(), 1))], axis=0)
+    rows = row_ids(pieces)
+    moved = tf.range(tf.size(rows, out_type=tf.int64)) + tf.gather(splits[:-1] - pieces.row_splits[:-1], rows)
+    values = tf.tensor_scatter_nd_update(tf.fill([splits[-1]], tf.constant(unk_id, tf.int32)), moved[:, None],
+                                         pieces.flat_values)
+    return tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+
+
+class WordPieces(WordSplit):
+    """The served tokenizer of a WordPiece student: `WordSplit`'s words -> WordPiece ids of each word
+    (tensorflow-text's FastWordpieceTokenizer on the word normalized as the BERT normalizer does: characters
+    that vanish removed; with `lower_case`, NFD, combining marks (Mn) removed, lower case). Every word has at
+    least one piece ([UNK] if the WordPiece tokenizer gives none)."""
+
+    def __init__(self, vocab: Sequence[str], lower_case: bool):
+        super().__init__(lower_case)
+        vocab = list(vocab)
+        self._unk = vocab.index("[UNK]")
+        self.cls_id, self.sep_id, self.pad_id = (vocab.index(p) for p in ("[CLS]", "[SEP]", "[PAD]"))
+        # Each word is one WordPiece input: no splitting of its own (its punctuation tables may differ).
+        self.wordpiece = tf_text.FastWordpieceTokenizer(vocab, token_out_type=tf.int32, unknown_token="[UNK]",
+                                                        no_pretokenization=True)
+
     def normalize(self, words):
         """Words [W] as the BERT normalizer leaves them."""
         words = tf.strings.regex_replace(words, self._vanish, "")
@@ -156,20 +197,125 @@ class WordPieces:
 
     def pieces(self, words):
         """WordPiece ids [W, (P)] int32 of words [W], at least one per word."""
-        pieces = self.wordpiece.tokenize(self.normalize(words))
-        # A word of no pieces gets one [UNK]: the pieces move right by the [UNK]s before them
-        # (a scatter, a handful of ops where a ragged concat and mask take dozens).
-        splits = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(tf.maximum(pieces.row_lengths(), 1))], axis=0)
-        rows = row_ids(pieces)
-        moved = tf.range(tf.size(rows, out_type=tf.int64)) + tf.gather(splits[:-1] - pieces.row_splits[:-1], rows)
-        values = tf.tensor_scatter_nd_update(tf.fill([splits[-1]], tf.constant(self._unk, tf.int32)), moved[:, None],
-                                             pieces.flat_values)
-        return tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+        return at_least_one(self.wordpiece.tokenize(self.normalize(words)), self._unk)
 
-    def tokenize(self, text):
-        """(pieces [B, (W), (P)] int32, start [B, (W)], end [B, (W)] int64 bytes) of valid UTF-8 texts [B]."""
-        words, start, end = self.words(text)
-        return tf.RaggedTensor.from_row_splits(self.pieces(words.flat_values), words.row_splits, validate=False), start, end
+
+# The graphemes the `tokenizers` SentencePiece normalizer rewrites whole (`grapheme_rule`): under 6 bytes, probed with
+# these combining marks (2 bytes each).
+_GRAPHEME_BYTES = 6
+_PROBE_MARKS = ("\u0301", "\u0308")
+
+
+def _extenders() -> set:
+    """Code points that continue a grapheme in any case: combining marks, ZWNJ/ZWJ, emoji modifiers, tags."""
+    marks = {c for c in _CODE_POINTS if unicodedata.category(chr(c)) in ("Mn", "Me", "Mc")}
+    return marks | {0x200C, 0x200D} | set(range(0x1F3FB, 0x1F400)) | set(range(0xE0020, 0xE0080))
+
+
+def grapheme_rules(normalize) -> Dict[str, str]:
+    """RE2 rewrites that make SentencePiece's own normalizer give what Hugging Face `tokenizers`' Precompiled
+    normalizer (`normalize`: its normalize_str) gives: {"short": pattern (replacement `GRAPHEME_REPLACEMENT`),
+    "extender": the characters that extend a grapheme (a class), "separator": a character the map removes,
+    "keys": pattern of the two-character keys (replacement `KEY_REPLACEMENT`, once the separator is before each
+    extender)}.
+
+    The two read the same precompiled character map, but SentencePiece replaces the longest key at each
+    character, across graphemes, while `tokenizers` looks up each grapheme: one of under 6 bytes that begins with
+    a key is replaced whole by the shortest such key's value, the marks after it dropped (e.g. "e\\u0323\\u0302",
+    Vietnamese in NFD, becomes "ẹ", SentencePiece's "ệ"); in any other each character on its own (a 6-byte
+    "e\\u0330\\u0300" keeps its "e", SentencePiece composes "ḛ"). The student reads `tokenizers`' pieces, so the
+    served graph rewrites the word first: "short" drops what follows the key in a short grapheme, then a separator
+    that the map removes goes before every extender, so that no key spans two characters, but where the grapheme is
+    a two-character key under 6 bytes ("keys" takes the separator out). Keys and extenders are read from
+    `normalize` itself: a key is what swallows a following combining mark."""
+    first, second = _PROBE_MARKS
+    bmp = [c for c in _CODE_POINTS if 0x80 <= c < 0x10000]
+    keys = [c for c in bmp if normalize(chr(c) + first) == normalize(chr(c)) != chr(c) + first]
+    probe = next(chr(c) for c in keys if len(chr(c).encode()) == 2)
+    attach = {c for c in bmp if normalize(probe + chr(c)) == normalize(probe) and normalize(chr(c)) != ""}
+    two = {c for c in attach if c < 0x800}
+    extender = _re2_class(attach | _extenders())
+    # Two-character keys: the first two characters of each character's decompositions, where `normalize` reads
+    # them as one (it drops a mark after them).
+    candidates = {unicodedata.normalize(form, chr(c))[:2] for c in bmp for form in ("NFD", "NFKD")}
+    pairs = sorted(p for p in candidates if len(p) == 2 and len(p.encode()) < _GRAPHEME_BYTES and p[0] != p[1]
+                   and ord(p[1]) in attach and normalize(p) != p
+                   and normalize(p + (second if p[1] == first else first)) == normalize(p))
+
+    def key_class(members):
+        """Keys that extend a grapheme begin one only at the word's start."""
+        starts, extending = [c for c in members if c not in attach], [c for c in members if c in attach]
+        return "(?:" + "|".join(([_re2_class(starts)] if starts else []) +
+                                ([f"^{_re2_class(extending)}"] if extending else [])) + ")"
+
+    def alternatives(strings, between=""):
+        return "|".join(between.join(f"\\x{{{ord(ch):x}}}" for ch in p) for p in strings) or "[^\\x{0}-\\x{10ffff}]"
+
+    key2, key3 = [c for c in keys if c < 0x800], [c for c in keys if c >= 0x800]
+    short_pairs = [p for p in pairs if len(p.encode()) + 2 < _GRAPHEME_BYTES]
+    end = f"([^{extender[1:-1]}]|$)"
+    # A character the map removes (nmt_nfkc: the controls), put between characters so that no key spans them.
+    separator = next(chr(c) for c in range(1, 0x20) if normalize(f"a{chr(c)}b") == "ab")
+    return {"short": f"(?:({key_class(key2)}){_re2_class(attach)}|({key_class(key3)}){_re2_class(two)}|"
+                     f"({alternatives(short_pairs)}){_re2_class(two)}){end}",
+            "extender": extender,
+            "separator": separator,
+            "keys": f"({alternatives([p[0] for p in pairs])})\\x{{{ord(separator):x}}}"
+                    f"({alternatives({p[1] for p in pairs})}){end}"}
+
+
+GRAPHEME_REPLACEMENT = r"\1\2\3\4"
+KEY_REPLACEMENT = r"\1\2\3"
+
+
+class SentencePieces(WordSplit):
+    """The served tokenizer of a student of a SentencePiece Unigram teacher (XLM-R, CamemBERT): `WordSplit`'s words
+    (as they are in the text) -> the ids of each word's pieces, by tensorflow-text's SentencepieceTokenizer on the
+    teacher's SentencePiece model, as the teacher's fast tokenizer gives them for the word alone
+    (`is_split_into_words`, data/alignment.word_pieces): "▁" before each word, the model's normalizer
+    (after `grapheme_rules`), its Unigram Viterbi, the model's ids mapped to the tokenizer's (`piece_ids`: XLM-R's
+    are fairseq's, shifted from the model's). Every word has at least one piece (`unk_id` if it has none)."""
+
+    def __init__(self, model: bytes, piece_ids: Sequence[int], unk_id: int, cls_id: int, sep_id: int, pad_id: int,
+                 graphemes: Dict[str, str]):
+        super().__init__(lower_case=False)
+        self.model = model
+        self.sentencepiece = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+        self._piece_ids = tf.constant(list(piece_ids), tf.int32)
+        self._unk = unk_id
+        self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
+        self._graphemes = graphemes
+        self.modules = [self.sentencepiece]
+
+    @classmethod
+    def of_tokenizer(cls, tokenizer, model_file) -> "SentencePieces":
+        """The served tokenizer of a transformers fast tokenizer of a SentencePiece Unigram model (`model_file`,
+        the model it was made from: sentencepiece.bpe.model for XLM-R and CamemBERT)."""
+        model = Path(model_file).read_bytes()
+        size = int(tf_text.SentencepieceTokenizer(model=model).vocab_size())
+        pieces = tf_text.SentencepieceTokenizer(model=model).id_to_string(tf.range(size)).numpy()
+        vocab = tokenizer.get_vocab()
+        unk = tokenizer.unk_token_id
+        # The model's control pieces (<unk>, <s>, </s>) are never output but as unknowns.
+        piece_ids = [vocab.get(piece.decode("utf-8"), unk) for piece in pieces]
+        return cls(model, piece_ids, unk, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
+                   grapheme_rules(tokenizer.backend_tokenizer.normalizer.normalize_str))
+
+    def piece_input(self, text, words, start, end):
+        """The words [W] as they are in the text (a NUL too, which SentencePiece reads)."""
+        begin = start.to_tensor()
+        return tf.RaggedTensor.from_tensor(tf.strings.substr(text[:, None], begin, end.to_tensor() - begin),
+                                           lengths=start.row_lengths()).flat_values
+
+    def pieces(self, words):
+        """Piece ids [W, (P)] int32 of words [W], at least one per word."""
+        rules = self._graphemes
+        # Twice: a match reads the character after its grapheme, which may begin the next one.
+        for _ in range(2):
+            words = tf.strings.regex_replace(words, rules["short"], GRAPHEME_REPLACEMENT)
+        pieces = self.sentencepiece.tokenize(words)
+        pieces = pieces.with_flat_values(tf.gather(self._piece_ids, pieces.flat_values))
+        return at_least_one(pieces, self._unk)
 
 
 if __name__ == "__main__":

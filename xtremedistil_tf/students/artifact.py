@@ -6,9 +6,9 @@
                               "decoder": "softmax"|"crf"|"classes", "tokenizer_family"}
                              ("classes": a sentence classifier; its tags are its classes)
     student_dir/vocab.txt    the teacher tokenizer's WordPiece vocabulary, one piece a line; only for a
-                             WordPiece teacher (tokenizer_family "WordPiece"), the one bin/export can
-                             serve in-graph. student_dir/tokenizer/ (methods.student_run) holds the
-                             tokenizer files of any family.
+                             WordPiece teacher (tokenizer_family "WordPiece"). student_dir/tokenizer/
+                             (methods.student_run) holds the tokenizer files of any family (a SentencePiece
+                             teacher's .model among them, which bin/export serves in-graph).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.data.schemes import normalize_scheme
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_json, read_json
-from xtremedistil_tf.teachers.families import WORDPIECE
+from xtremedistil_tf.teachers.families import BYTE_LEVEL_BPE, UNIGRAM, WORDPIECE
 
 FORMAT_VERSION = 1
 ARCHITECTURES = ("bilstm", "transformer")
@@ -93,14 +93,44 @@ def read_vocab(path) -> List[str]:
     return [p.rstrip("\r") for p in pieces]
 
 
-def check_servable(config: StudentMeta, student_dir) -> None:
-    """Refuse, in one line, a student whose pieces the in-graph WordPiece tokenizer cannot make."""
-    if config.tokenizer_family != WORDPIECE:
-        raise ConfigError(
-            f"{student_dir} reads the pieces of a {config.tokenizer_family} tokenizer, and bin/export's in-graph "
-            "tokenizer is WordPiece only: to serve with TF Serving, distil from a WordPiece teacher (BERT, "
-            "DistilBERT, ELECTRA, or a student with its own WordPiece vocabulary from bin/distil_lm, "
-            f"docs/subwords.md); to tag text in Python, run bin/predict --model={student_dir} (docs/serving.md)")
+def sentencepiece_model(student_dir) -> Optional[Path]:
+    """The SentencePiece model (*.model: sentencepiece.bpe.model for XLM-R and CamemBERT) in
+    student_dir/tokenizer/, which a transformers tokenizer saves when it was made from one; None if there is none."""
+    found = sorted((Path(student_dir) / "tokenizer").glob("*.model"))
+    return found[0] if len(found) == 1 else None
+
+
+def check_servable(config: StudentMeta, student_dir, fmt: str = "saved_model") -> None:
+    """Refuse, in one line, a student whose pieces an export in `fmt` cannot make from raw text: a SavedModel
+    tokenizes in the graph (WordPiece, or SentencePiece Unigram with the teacher's .model file); ONNX and TFLite
+    exports tokenize in their predict.py with the `tokenizers` library (any family with a tokenizer.json)."""
+    family = config.tokenizer_family
+    if family == WORDPIECE:
+        return
+    python = (f"to tag text in Python, run bin/predict --model={student_dir}, or export it with --format=onnx or "
+              "--format=tflite, whose predict.py tokenizes with the tokenizers library (docs/serving.md)")
+    if fmt != "saved_model":
+        if family in (UNIGRAM, BYTE_LEVEL_BPE) and (Path(student_dir) / "tokenizer" / "tokenizer.json").exists():
+            return
+        raise ConfigError(f"{student_dir} reads the pieces of a {family} tokenizer without a tokenizer.json in "
+                          f"{Path(student_dir) / 'tokenizer'}: --format={fmt} serves WordPiece, SentencePiece Unigram "
+                          f"and byte-level BPE students whose tokenizer.json its predict.py reads; run bin/predict "
+                          f"--model={student_dir} (docs/serving.md)")
+    if family == UNIGRAM:
+        if sentencepiece_model(student_dir) is None:
+            raise ConfigError(f"{student_dir} reads the pieces of a {family} tokenizer, and its tokenizer/ has no "
+                              "SentencePiece .model file (one, e.g. sentencepiece.bpe.model), which the in-graph "
+                              f"SentencePiece tokenizer runs: {python}")
+        return
+    if family == BYTE_LEVEL_BPE:
+        raise ConfigError(f"{student_dir} reads the pieces of a byte-level BPE tokenizer (RoBERTa), and no in-graph "
+                          "tokenizer of a tf-keras SavedModel makes them (tensorflow-text has no byte-level BPE; "
+                          f"KerasHub's BytePairTokenizer is a Keras 3 layer): {python}")
+    raise ConfigError(
+        f"{student_dir} reads the pieces of a {family} tokenizer, and bin/export's in-graph tokenizers are WordPiece "
+        "and SentencePiece Unigram: to serve with TF Serving, distil from a WordPiece teacher (BERT, DistilBERT, "
+        "ELECTRA, or a student with its own WordPiece vocabulary from bin/distil_lm, docs/subwords.md) or an XLM-R "
+        f"or CamemBERT one; to tag text in Python, run bin/predict --model={student_dir} (docs/serving.md)")
 
 
 def load_student_dir(student_dir):

@@ -38,6 +38,12 @@ def _splitter():
     return tokenizer
 
 
+def save_splitter(path) -> None:
+    """The split as a `tokenizers` tokenizer.json (one [UNK] token per word, with the word's character offsets), which
+    the predict.py of ONNX/TFLite exports of non-WordPiece students reads (export/portable.py)."""
+    _splitter().save(str(path))
+
+
 def split_words(texts: Sequence[str]) -> List[List[Tuple[int, int]]]:
     """For each text, the (start, end) character offsets (end exclusive) of its words under BERT's split."""
     encodings = _splitter().encode_batch(list(texts), add_special_tokens=False)

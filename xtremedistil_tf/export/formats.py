@@ -6,7 +6,8 @@ Both portable formats hold the graph of the SavedModel's `ids` signature without
 (export.serving.NerServing.portable_outputs): int32 input_ids, attention_mask [B, T] -> tag_ids,
 tag_probs, probs for softmax students, the CRF potentials for CRF students. The directory
 <export_dir>/<name>-<format>[-<quantize>]/ holds model.onnx or model.tflite, tokenizer.json (the
-served vocabulary in Hugging Face `tokenizers` format), export.json (tags, span tables, window
+served vocabulary in Hugging Face `tokenizers` format; for a student of another tokenizer family, the teacher's
+tokenizer.json and words.json, the served word split: `teacher_tokenizer`), export.json (tags, span tables, window
 lengths, CRF transitions) and predict.py (export/portable.py), which gives the SavedModel's
 entities with only numpy, tokenizers and the runtime.
 
@@ -34,11 +35,13 @@ import tensorflow as tf
 from tokenizers import BertWordPieceTokenizer
 
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
+from xtremedistil_tf.data.wordsplit import save_splitter
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export import bfloat16
 from xtremedistil_tf.export.serving import NerServing, export_student, tag_tables
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
 from xtremedistil_tf.export import onnx_bilstm
+from xtremedistil_tf.teachers.model import load_tokenizer
 
 FORMATS = ("saved_model", "onnx", "tflite")
 QUANTIZATIONS = ("none", "dynamic_int8", "float16", "bfloat16")
@@ -79,6 +82,19 @@ def write_tokenizer(vocab: List[str], lower_case: bool, path) -> None:
                                        lowercase=lower_case, strip_accents=lower_case, clean_text=True,
                                        handle_chinese_chars=True)
     tokenizer.save(str(path))
+
+
+def teacher_tokenizer(student_dir: Path, target: Path) -> dict:
+    """A non-WordPiece student's tokenizer for predict.py, written to `target`: the teacher's tokenizer.json (from
+    student_dir/tokenizer/) and words.json, the served word split (data/wordsplit.py), whose words predict.py
+    encodes one by one as training did (data/alignment.word_pieces). Returns export.json's "words" and
+    "special_ids" ({"cls", "sep", "pad", "unk"}: the tokenizer's own, e.g. RoBERTa's <s>=0, </s>=2, <pad>=1)."""
+    tokenizer = load_tokenizer(str(student_dir / "tokenizer"))
+    tokenizer.backend_tokenizer.save(str(target / "tokenizer.json"))
+    save_splitter(target / "words.json")
+    return {"words": "words.json",
+            "special_ids": {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
+                            "pad": tokenizer.pad_token_id, "unk": tokenizer.unk_token_id}}
 
 
 def _ids_function(module: NerServing, length: Optional[int]):
@@ -288,7 +304,7 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
     if target.exists() and not overwrite:
         raise ConfigError(f"{target} exists; pass --overwrite")
     module = NerServing.from_student_dir(student_dir, prune_corpus, min_count, keep_characters, unroll=fmt == "tflite",
-                                         decode=decode)
+                                         decode=decode, fmt=fmt)
     config = module.config
     window = config.max_seq_length if config.architecture == "transformer" else None
     fixed = tflite_lengths(module, lengths) if fmt == "tflite" else []
@@ -308,7 +324,10 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
             meta["onnx_graph"] = convert_onnx(module, tmp / MODEL_FILES[fmt], quantize)
         else:
             convert_tflite(module, tmp / MODEL_FILES[fmt], quantize, fixed)
-        write_tokenizer(module.vocab, config.lower_case, tmp / "tokenizer.json")
+        if module.vocab is not None:
+            write_tokenizer(module.vocab, config.lower_case, tmp / "tokenizer.json")
+        else:
+            meta.update(teacher_tokenizer(Path(student_dir), tmp))
         atomic_write_json(tmp / "export.json", meta)
         shutil.copyfile(Path(__file__).with_name("portable.py"), tmp / "predict.py")
     return Exported(target, target / MODEL_FILES[fmt], module)

@@ -8,7 +8,8 @@ absent). Nothing of xtremedistil_tf or TensorFlow is imported.
     from predict import load; load("<export dir>").predict(["john lives in paris"])
 
 It reproduces the SavedModel's `serving_default` (docs/serving.md): WordPiece pieces with character
-offsets (`tokenizer.json`, the student's served vocabulary), windows wrapped in [CLS]/[SEP], the
+offsets (`tokenizer.json`, the student's served vocabulary; for a student of a RoBERTa or XLM-R teacher,
+`words.json` splits the text into words and the teacher's `tokenizer.json` encodes each word alone), windows wrapped in [CLS]/[SEP], the
 model on the windows, a word's tag read at its first piece, lenient span decoding, and the same
 {"start", "end", "type", "text", "confidence"} records as `bin/predict` (offsets are Python str
 indices, end exclusive; `main` reads bytes and replaces invalid UTF-8 as `read_lines` says, so the
@@ -141,10 +142,17 @@ class Predictor:
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
         vocab = self.tokenizer.get_vocab()
-        self.continuation = np.zeros(len(vocab), bool)
-        for piece, index in vocab.items():
-            self.continuation[index] = piece.startswith("##")
-        self.cls, self.sep, self.pad = (vocab[p] for p in ("[CLS]", "[SEP]", "[PAD]"))
+        # A student of a teacher without WordPiece (RoBERTa, XLM-R): words.json splits text into words, which the
+        # teacher's tokenizer.json encodes one by one, as the student was trained.
+        self.words = Tokenizer.from_file(str(directory / meta["words"])) if meta.get("words") else None
+        if self.words is not None:
+            special = meta["special_ids"]
+            self.cls, self.sep, self.pad, self.unk = (special[k] for k in ("cls", "sep", "pad", "unk"))
+        else:
+            self.continuation = np.zeros(len(vocab), bool)
+            for piece, index in vocab.items():
+                self.continuation[index] = piece.startswith("##")
+            self.cls, self.sep, self.pad = (vocab[p] for p in ("[CLS]", "[SEP]", "[PAD]"))
         # Pieces per window without [CLS]/[SEP]; None: each text is one window, whatever its length.
         self.budget = meta["window"] - 2 if meta["window"] else None
         self.transitions = np.array(meta["transitions"], np.float32) if meta["transitions"] else None
@@ -156,14 +164,32 @@ class Predictor:
         else:
             raise ValueError(f"{directory}/export.json: unknown format {meta['format']!r}")
 
+    def pieces(self, texts: Sequence[str]) -> List[tuple]:
+        """Per text: its piece ids and its words, (first piece, start char, end char) each."""
+        if self.words is None:
+            encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+            return [(e.ids, word_spans(e.ids, e.offsets, self.continuation)) for e in encodings]
+        found = []
+        for text, split in zip(texts, self.words.encode_batch(list(texts), add_special_tokens=False)):
+            words = [text[start:end] for start, end in split.offsets]
+            per_word = [[] for _ in words]
+            if words:
+                encoding = self.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False)
+                for piece, word in zip(encoding.ids, encoding.word_ids):
+                    per_word[word].append(piece)
+            ids, spans = [], []
+            for pieces, (start, end) in zip(per_word, split.offsets):
+                spans.append((len(ids), start, end))
+                ids.extend(pieces or [self.unk])  # a word of no pieces is one unknown, as in training
+            found.append((ids, spans))
+        return found
+
     def windows(self, texts: Sequence[str]):
-        """(input_ids [C, L] int32, attention_mask [C, L] int32, per text: (pieces, offsets, first window))."""
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        """(input_ids [C, L] int32, attention_mask [C, L] int32, per text: (pieces, words, first window))."""
         rows, pieces = [], []
-        for encoding in encodings:
-            ids = encoding.ids
+        for ids, words in self.pieces(texts):
             step = self.budget or max(len(ids), 1)
-            pieces.append((np.array(ids, np.int64), encoding.offsets, len(rows)))
+            pieces.append((np.array(ids, np.int64), words, len(rows)))
             rows.extend([self.cls] + ids[start:start + step] + [self.sep]
                         for start in range(0, max(len(ids), 1), step))
         width = max(len(r) for r in rows)
@@ -201,10 +227,10 @@ class Predictor:
             tag_ids, tag_probs = self._piece_tags(outputs, attention_mask)
             # Softmax students decode words from all tags' probabilities (exports before decode_words: argmax).
             all_probs = outputs["probs"] if self.transitions is None and "label_of_tag" in self.meta else None
-            for text, (ids, offsets, first) in zip(batch, pieces):
+            for text, (ids, words, first) in zip(batch, pieces):
                 values = self._piece_values([tag_ids, tag_probs] + ([all_probs] if all_probs is not None else []),
                                             first, len(ids))
-                records.append({"text": text, "entities": self._entities(text, ids, offsets, *values)})
+                records.append({"text": text, "entities": self._entities(text, words, *values)})
         return records
 
     def _piece_values(self, arrays, first: int, count: int):
@@ -218,10 +244,10 @@ class Predictor:
                 value.extend(array[first + window, 1:1 + n])
         return values
 
-    def _entities(self, text: str, ids, offsets, tags, probs, all_probs=None) -> List[dict]:
+    def _entities(self, text: str, spans_of_words, tags, probs, all_probs=None) -> List[dict]:
+        """`spans_of_words`: (first piece, start char, end char) of each word."""
         meta = self.meta
         # [tag, prob, start char, end char] per word; a word's tag is its first piece's
-        spans_of_words = list(word_spans(ids, offsets, self.continuation))
         words = [[int(tags[first]), float(probs[first]), start, end] for first, start, end in spans_of_words]
         if all_probs is not None and words:
             labels, scores = decode_words(np.array([all_probs[first] for first, _, _ in spans_of_words]), meta)

@@ -215,19 +215,20 @@ def _extenders() -> set:
 def grapheme_rules(normalize) -> Dict[str, str]:
     """RE2 rewrites that make SentencePiece's own normalizer give what Hugging Face `tokenizers`' Precompiled
     normalizer (`normalize`: its normalize_str) gives: {"short": pattern (replacement `GRAPHEME_REPLACEMENT`),
-    "extender": the characters that extend a grapheme (a class), "separator": a character the map removes,
-    "keys": pattern of the two-character keys (replacement `KEY_REPLACEMENT`, once the separator is before each
-    extender)}.
+    "long": pattern of two characters to put "separator" (a character the map removes) between}.
 
     The two read the same precompiled character map, but SentencePiece replaces the longest key at each
     character, across graphemes, while `tokenizers` looks up each grapheme: one of under 6 bytes that begins with
     a key is replaced whole by the shortest such key's value, the marks after it dropped (e.g. "e\\u0323\\u0302",
-    Vietnamese in NFD, becomes "ẹ", SentencePiece's "ệ"); in any other each character on its own (a 6-byte
-    "e\\u0330\\u0300" keeps its "e", SentencePiece composes "ḛ"). The student reads `tokenizers`' pieces, so the
-    served graph rewrites the word first: "short" drops what follows the key in a short grapheme, then a separator
-    that the map removes goes before every extender, so that no key spans two characters, but where the grapheme is
-    a two-character key under 6 bytes ("keys" takes the separator out). Keys and extenders are read from
-    `normalize` itself: a key is what swallows a following combining mark."""
+    Vietnamese in NFD, becomes "ẹ", SentencePiece's "ệ"); any other a character at a time (decomposed Hangul
+    "\\u1100\\u1161" stays two jamo, SentencePiece composes "가"). The student reads `tokenizers`' pieces, so the
+    served graph rewrites each word first: "short" drops what follows a key in a grapheme of under 6 bytes (a
+    2-byte key and a 2- or 3-byte extender, a 3-byte key and a 2-byte one, an ASCII letter with a 2-byte mark that
+    together are a key and a 2-byte one), "long" separates two characters of 6 bytes or more that a decomposition
+    holds. Keys and extenders are read from `normalize` itself: a key is what swallows a following combining mark.
+    Not reproduced (docs/serving.md): a grapheme of 6 bytes or more in which a letter and the mark after it are a
+    key, followed by more marks (Greek "ά" in NFD with a further mark): `tokenizers` reads it a character at a time,
+    the served graph composes the first two."""
     first, second = _PROBE_MARKS
     bmp = [c for c in _CODE_POINTS if 0x80 <= c < 0x10000]
     keys = [c for c in bmp if normalize(chr(c) + first) == normalize(chr(c)) != chr(c) + first]
@@ -241,6 +242,10 @@ def grapheme_rules(normalize) -> Dict[str, str]:
     pairs = sorted(p for p in candidates if len(p) == 2 and len(p.encode()) < _GRAPHEME_BYTES and p[0] != p[1]
                    and ord(p[1]) in attach and normalize(p) != p
                    and normalize(p + (second if p[1] == first else first)) == normalize(p))
+    # Two characters of 6 bytes or more (decomposed Hangul, kana and a separate voiced mark) are a grapheme that
+    # `tokenizers` reads a character at a time: a separator the map removes goes between them.
+    long_pairs = [p for p in candidates if len(p) == 2 and len(p.encode()) >= _GRAPHEME_BYTES]
+    separator = next(chr(c) for c in range(1, 0x20) if normalize(f"a{chr(c)}b") == "ab")
 
     def key_class(members):
         """Keys that extend a grapheme begin one only at the word's start."""
@@ -254,18 +259,13 @@ def grapheme_rules(normalize) -> Dict[str, str]:
     key2, key3 = [c for c in keys if c < 0x800], [c for c in keys if c >= 0x800]
     short_pairs = [p for p in pairs if len(p.encode()) + 2 < _GRAPHEME_BYTES]
     end = f"([^{extender[1:-1]}]|$)"
-    # A character the map removes (nmt_nfkc: the controls), put between characters so that no key spans them.
-    separator = next(chr(c) for c in range(1, 0x20) if normalize(f"a{chr(c)}b") == "ab")
     return {"short": f"(?:({key_class(key2)}){_re2_class(attach)}|({key_class(key3)}){_re2_class(two)}|"
                      f"({alternatives(short_pairs)}){_re2_class(two)}){end}",
-            "extender": extender,
             "separator": separator,
-            "keys": f"({alternatives([p[0] for p in pairs])})\\x{{{ord(separator):x}}}"
-                    f"({alternatives({p[1] for p in pairs})}){end}"}
+            "long": f"({_re2_class(ord(p[0]) for p in long_pairs)})({_re2_class(ord(p[1]) for p in long_pairs)})"}
 
 
 GRAPHEME_REPLACEMENT = r"\1\2\3\4"
-KEY_REPLACEMENT = r"\1\2\3"
 
 
 class SentencePieces(WordSplit):
@@ -313,6 +313,8 @@ class SentencePieces(WordSplit):
         # Twice: a match reads the character after its grapheme, which may begin the next one.
         for _ in range(2):
             words = tf.strings.regex_replace(words, rules["short"], GRAPHEME_REPLACEMENT)
+        for _ in range(2):
+            words = tf.strings.regex_replace(words, rules["long"], r"\1" + rules["separator"] + r"\2")
         pieces = self.sentencepiece.tokenize(words)
         pieces = pieces.with_flat_values(tf.gather(self._piece_ids, pieces.flat_values))
         return at_least_one(pieces, self._unk)

@@ -1,12 +1,14 @@
-"""Run bin/train's body in-process for several argument lists, paying for one TensorFlow import.
+"""Run bin/train's body (or another command's: the third argument names its xtremedistil_tf/cli module) in-process
+for several argument lists, paying for one TensorFlow import.
 
-    python tests/train_cli_driver.py cases.json results.json
+    python tests/train_cli_driver.py cases.json results.json [predict|evaluate|export|...]
 
 cases.json is a list of argument lists (without the program name). results.json gets, for each,
 {"code": exit status (0 when it returned), "stderr": what it printed to sys.stderr}; an exception
 that escapes run_main (a bug: bin/train would print a traceback) gives code "traceback".
 """
 import contextlib
+import importlib
 import io
 import json
 import logging
@@ -18,12 +20,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import xtremedistil_tf  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from absl import flags  # noqa: E402
 
-from xtremedistil_tf.cli import train as cli  # noqa: E402
+COMMAND = sys.argv[3] if len(sys.argv) > 3 else "train"
+cli = importlib.import_module(f"xtremedistil_tf.cli.{COMMAND}")
 
 
 def run_case(argv):
     flags.FLAGS.unparse_flags()
-    flags.FLAGS(["train", *argv])
+    flags.FLAGS([COMMAND, *argv])
     root = logging.getLogger()
     handlers = list(root.handlers)
     stderr = io.StringIO()

@@ -29,6 +29,11 @@ class WorkDirError(XtremeDistilError):
     """A step's artifact could not be written (a full disk, a read-only dir); nothing of it was kept."""
 
 
+class DamagedArtifact(XtremeDistilError):
+    """A saved model's file (a student, a teacher, an export) is missing or damaged: names the file, what is
+    wrong with it and what to do (damage.py)."""
+
+
 class TrainingDiverged(XtremeDistilError):
     """A training or dev loss became NaN or infinite: names the step, the epoch and the loss.
 

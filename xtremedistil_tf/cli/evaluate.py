@@ -42,6 +42,7 @@ from absl import flags
 
 from xtremedistil_tf.cli.common import command, define_common_flags
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
+from xtremedistil_tf.damage import REEXPORT, RETRAIN, reading
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.data.classification import ClassVocab
 from xtremedistil_tf.data.demo import read_demo, split_train_dev_test
@@ -154,38 +155,48 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
     if decode == OWN and kind != "teacher":
         raise ConfigError(f"--decode={OWN} is a token teacher's own decoding; {path} is {'an' if kind == 'export' else 'a'} "
                           f"{kind}")
-    if kind == "export":
-        portable = (path / "export.json").exists()
-        if portable:
-            meta = read_json(path / "export.json")
-            _check_tags(path, meta["scheme"], meta["word_labels"], sentences, scheme)
-            exported = meta["decode"]
+    with reading(path, REEXPORT if kind == "export" else RETRAIN):   # a damaged or missing file named in one line
+        if kind == "export":
+            return _evaluate_export(path, sentences, scheme, decode, served)
+        _check_task(path, kind, sentences)
+        if kind == "teacher":
+            scores = _evaluate_teacher(path, sentences, scheme, decode)
         else:
-            meta = _export_meta(path)
-            if meta is not None:
-                _check_tags(path, meta.scheme, meta.labels, sentences, scheme)
-
-            exported = exported_decode(saved_model_dir(path))
-        if decode is not None and decode != exported:
-            raise ConfigError(f"--decode={decode}: {path} was exported with {exported} decoding; score it without "
-                              f"--decode or re-export with bin/export --decode={decode}")
-        return {"model": str(path), "kind": kind, "scheme": scheme, "decode": exported,
-                **({"format": meta["format"], "quantize": meta["quantize"]} if portable else {"format": "saved_model"}),
-                **_evaluate_served(path, sentences, scheme, portable, served)}
-    _check_task(path, kind, sentences)
-    if kind == "teacher":
-        teacher, tokenizer = load_teacher(path)
-        if isinstance(teacher, (SequenceTeacher, PretrainedSequenceTeacher)):
-            if decode is not None:
-                raise ConfigError(f"--decode={decode}: {path} classifies sentences; --decode is for taggers")
-            scores = evaluate_sequence_teacher(teacher, tokenizer, sentences)
-        else:
-            decode = decode or DEFAULT_DECODE
-            scores = {"decode": decode,
-                      **evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=None if decode == OWN else decode)}
-    else:
-        scores = _evaluate_student(path, sentences, scheme, decode or DEFAULT_DECODE)
+            scores = _evaluate_student(path, sentences, scheme, decode or DEFAULT_DECODE)
     return {"model": str(path), "kind": kind, "scheme": scheme, **scores}
+
+
+def _evaluate_teacher(path: Path, sentences: Sequence[Sentence], scheme: str, decode: Optional[str]) -> Dict:
+    teacher, tokenizer = load_teacher(path)
+    if isinstance(teacher, (SequenceTeacher, PretrainedSequenceTeacher)):
+        if decode is not None:
+            raise ConfigError(f"--decode={decode}: {path} classifies sentences; --decode is for taggers")
+        return evaluate_sequence_teacher(teacher, tokenizer, sentences)
+    decode = decode or DEFAULT_DECODE
+    return {"decode": decode,
+            **evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=None if decode == OWN else decode)}
+
+
+def _evaluate_export(path: Path, sentences: Sequence[Sentence], scheme: str, decode: Optional[str],
+                     served: Optional[list]) -> Dict:
+    """evaluate_model of an export: a SavedModel, or an ONNX or TFLite export dir (export.json)."""
+    portable = (path / "export.json").exists()
+    if portable:
+        meta = read_json(path / "export.json")
+        _check_tags(path, meta["scheme"], meta["word_labels"], sentences, scheme)
+        exported = meta["decode"]
+    else:
+        meta = _export_meta(path)
+        if meta is not None:
+            _check_tags(path, meta.scheme, meta.labels, sentences, scheme)
+
+        exported = exported_decode(saved_model_dir(path))
+    if decode is not None and decode != exported:
+        raise ConfigError(f"--decode={decode}: {path} was exported with {exported} decoding; score it without "
+                          f"--decode or re-export with bin/export --decode={decode}")
+    return {"model": str(path), "kind": "export", "scheme": scheme, "decode": exported,
+            **({"format": meta["format"], "quantize": meta["quantize"]} if portable else {"format": "saved_model"}),
+            **_evaluate_served(path, sentences, scheme, portable, served)}
 
 
 def _check_task(path: Path, kind: str, sentences: Sequence[Sentence]) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from absl import flags
 
 from xtremedistil_tf.cli.common import command, define_common_flags, int_list
+from xtremedistil_tf.damage import RETRAIN, reading
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export.formats import check_format
 from xtremedistil_tf.export.formats import export as export_model
@@ -131,9 +132,11 @@ def export() -> None:
     if FLAGS.teacher_dir:
         raise ConfigError("--teacher_dir is read only with --teacher")
     check_format(FLAGS.format, FLAGS.quantize)
-    exported = export_model(*_dirs(), FLAGS.format, FLAGS.quantize, FLAGS.model_name, FLAGS.version, FLAGS.overwrite,
-                            _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters, int_list("xla_lengths"),
-                            FLAGS.decode)
+    student, export_dir = _dirs()
+    with reading(student, RETRAIN):   # a damaged or missing file of the student named in one line
+        exported = export_model(student, export_dir, FLAGS.format, FLAGS.quantize, FLAGS.model_name, FLAGS.version,
+                                FLAGS.overwrite, _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters,
+                                int_list("xla_lengths"), FLAGS.decode)
     module = exported.module
     print(f"served graph: {module.served_parameters():,} parameters, {len(module.vocab):,} word pieces, "
           f"{module.decode} decoding", flush=True)

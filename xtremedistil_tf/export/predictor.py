@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers FastBertNormalize etc., which the SavedModel uses)
 
+from xtremedistil_tf.damage import REEXPORT, RETRAIN, reading
 from xtremedistil_tf.data.alignment import TagVocab, length_batches
 from xtremedistil_tf.data.schemes import tags_to_spans
 from xtremedistil_tf.data.sentence import Sentence
@@ -47,12 +48,15 @@ def load_serving_fn(path) -> Callable:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     if (path / "student.json").exists():
-        if read_config(path).tokenizer_family != WORDPIECE:
-            return TextTagger(path)
-        module = NerServing.from_student_dir(path)
+        with reading(path, RETRAIN):
+            if read_config(path).tokenizer_family != WORDPIECE:
+                return TextTagger(path)
+            module = NerServing.from_student_dir(path)
         # A bound tf.function holds its module weakly: the closure keeps the module alive.
         return lambda text: module.serve(text)
-    return tf.saved_model.load(str(saved_model_dir(path))).signatures["serving_default"]
+    directory = saved_model_dir(path)
+    with reading(directory, REEXPORT):
+        return tf.saved_model.load(str(directory)).signatures["serving_default"]
 
 
 class TextTagger:

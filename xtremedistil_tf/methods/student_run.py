@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
+from xtremedistil_tf.damage import RETRAIN, reading
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode, encode_consecutive, predict_by_length, word_pieces
 from xtremedistil_tf.data.scoring import tag_scores
 from xtremedistil_tf.data.sentence import Sentence
@@ -323,5 +324,6 @@ def save_student(directory, student: tf.keras.Model, architecture: str, tokenize
 
 def load_student(directory):
     """(Keras model, StudentMeta, tokenizer) of a student written by `save_student`."""
-    model, meta, _ = load_student_dir(directory)
-    return model, meta, load_tokenizer(str(Path(directory) / "tokenizer"))
+    with reading(directory, RETRAIN):   # a damaged or missing file named in one line
+        model, meta, _ = load_student_dir(directory)
+        return model, meta, load_tokenizer(str(Path(directory) / "tokenizer"))

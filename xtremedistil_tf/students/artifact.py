@@ -22,6 +22,7 @@ import tensorflow as tf
 import xtremedistil_tf.crf.layer  # noqa: F401  (registers CRF for load_model)
 import xtremedistil_tf.students.layers  # noqa: F401  (registers SequenceMask, TransformerEncoder)
 from xtremedistil_tf.students.layers import BlockBiLSTM
+from xtremedistil_tf.damage import RETRAIN, reading
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.data.schemes import normalize_scheme
 from xtremedistil_tf.errors import ConfigError
@@ -76,8 +77,10 @@ def read_config(student_dir) -> StudentMeta:
     path = Path(student_dir) / "student.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: {student_dir} is not a saved student directory")
+    with reading(student_dir, RETRAIN):   # student.json damaged: named in one line
+        stored = read_json(path)
     try:
-        return StudentMeta(**read_json(path))
+        return StudentMeta(**stored)
     except TypeError as e:
         raise ConfigError(f"{path}: {e}") from None
 
@@ -138,8 +141,9 @@ def load_student_dir(student_dir):
     student of a tokenizer other than WordPiece (it has no vocab.txt)."""
     student_dir = Path(student_dir)
     config = read_config(student_dir)
-    vocab = read_vocab(student_dir / "vocab.txt") if config.tokenizer_family == WORDPIECE else None
-    model = tf.keras.models.load_model(student_dir / "model", compile=False)
+    with reading(student_dir, RETRAIN):   # a damaged or missing file named in one line
+        vocab = read_vocab(student_dir / "vocab.txt") if config.tokenizer_family == WORDPIECE else None
+        model = tf.keras.models.load_model(student_dir / "model", compile=False)
     return model, config, vocab
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from transformers import TFAutoModel
 
+from xtremedistil_tf.damage import RETRAIN, reading
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.classifier import SequenceTeacher
 from xtremedistil_tf.teachers.crf_head import CRFTokenTeacher
@@ -22,17 +23,18 @@ def load_teacher(directory):
     meta_path = directory / "teacher.json"
     if not meta_path.exists():
         raise ConfigError(f"{directory} is not a saved teacher (no teacher.json)")
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ConfigError(f"{meta_path}: format_version {meta.get('format_version')} is not {FORMAT_VERSION}")
-    if meta.get("head") == "pretrained":
-        return load_pretrained_teacher(directory, meta)
-    cls = TokenTeacher
-    if meta.get("head") == "crf":
-        cls = CRFTokenTeacher
-    elif meta.get("task") == "classification":
-        cls = SequenceTeacher
-    teacher = cls.from_meta(TFAutoModel.from_pretrained(str(directory / "encoder")), meta)
-    teacher.build_for_length()
-    teacher.load_head(directory)
-    return teacher, load_tokenizer(str(directory / "encoder"))
+    with reading(directory, RETRAIN):   # a damaged or missing file named in one line
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise ConfigError(f"{meta_path}: format_version {meta.get('format_version')} is not {FORMAT_VERSION}")
+        if meta.get("head") == "pretrained":
+            return load_pretrained_teacher(directory, meta)
+        cls = TokenTeacher
+        if meta.get("head") == "crf":
+            cls = CRFTokenTeacher
+        elif meta.get("task") == "classification":
+            cls = SequenceTeacher
+        teacher = cls.from_meta(TFAutoModel.from_pretrained(str(directory / "encoder")), meta)
+        teacher.build_for_length()
+        teacher.load_head(directory)
+        return teacher, load_tokenizer(str(directory / "encoder"))

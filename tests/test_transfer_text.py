@@ -21,15 +21,19 @@ def files_of(directory: Path) -> dict:
             for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture
-def corpus(tmp_path):
-    root = tmp_path / "corpus"
-    root.mkdir()
+def write_small_corpus(root: Path) -> Path:
+    """train.txt (60 toy sentences), test.txt (20), unlabeled.txt (2 lines) and more.txt (3 lines) in `root`."""
+    root.mkdir(parents=True, exist_ok=True)
     write_conll(root / "train.txt", toy_ner_sentences(60, seed=3))
     write_conll(root / "test.txt", toy_ner_sentences(20, seed=4))
     (root / "unlabeled.txt").write_text("john was in paris\nmary at berlin .\n", encoding="utf-8")
     (root / "more.txt").write_text("anna was in rome\npeter at oslo .\nthe man in madrid\n", encoding="utf-8")
     return root
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return write_small_corpus(tmp_path / "corpus")
 
 
 def small_config(work_dir, corpus, teacher_dir) -> pipeline.RunConfig:

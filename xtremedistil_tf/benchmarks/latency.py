@@ -318,7 +318,17 @@ def _with_ratios(student: dict, teacher: dict) -> dict:
 def machine() -> dict:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     return {"tensorflow": tf.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
-            "processor": platform.processor() or platform.machine(), "load_average": [round(x, 2) for x in load]}
+            "processor": platform.processor() or platform.machine(), "cpu_model": cpu_model(),
+            "load_average": [round(x, 2) for x in load]}
+
+
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (Linux), else ''."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            return next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 def format_lines(result: dict) -> List[str]:

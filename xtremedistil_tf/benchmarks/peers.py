@@ -150,28 +150,47 @@ def student_rows(trained: tf.keras.Model, name: str, ids: np.ndarray, vocab: Lis
     (root / "vocab.txt").write_text("".join(p + "\n" for p in vocab), encoding="utf-8")
     student_dir = write_student_dir(trained, root / "student", StudentMeta(LABELS, max_seq_length=ids.shape[1]),
                                     str(root / "vocab.txt"))
+    return student_dir_rows(student_dir, name, ids, texts, repeats, threads, root)
+
+
+ALL_FORMATS = (("saved_model", "none"), ("saved_model", "bfloat16"), ("onnx", "none"), ("onnx", "dynamic_int8"),
+               ("tflite", "none"), ("tflite", "dynamic_int8"))
+
+
+def student_dir_rows(student_dir, name: str, ids: np.ndarray, texts, repeats: int, threads: int, root: Path,
+                     formats=ALL_FORMATS) -> List[dict]:
+    """The student of `student_dir` exported by bin/export's code into `root` in each of `formats` ((format,
+    quantize); bfloat16 only where the CPU has it), reloaded as a client would, ids in, and text in unless
+    `texts` is None."""
     rows = []
-    for quantize in ("none",) + (("bfloat16",) if cpu_has_bf16() else ()):
+    for fmt, quantize in formats:
+        if fmt != "saved_model" or (quantize == "bfloat16" and not cpu_has_bf16()):
+            continue
         target, _ = export_student(student_dir, root / f"saved_model_{quantize}", bfloat16=quantize == "bfloat16")
         signatures = tf.saved_model.load(str(target)).signatures
         ids_fn, text_fn = signatures["ids"], signatures["serving_default"]
         key = (name, "tensorflow", "saved_model", quantize)
         rows.append(_row(key + ("ids",), _ids_call(lambda i, m, f=ids_fn: f(input_ids=i, attention_mask=m), False),
                          ids, repeats, query_batches))
-        rows.append(_row(key + ("text",), lambda b, f=text_fn: f(text=tf.constant(b)), texts, repeats, query_batches))
+        if texts is not None:
+            rows.append(_row(key + ("text",), lambda b, f=text_fn: f(text=tf.constant(b)), texts, repeats,
+                             query_batches))
     shipped = str(Path(__file__).resolve().parent.parent / "export")
     if shipped not in sys.path:
         sys.path.insert(0, shipped)
     import portable  # noqa: PLC0415  (the shipped predict.py, found on the export folder's path as a client finds it)
 
-    for fmt, quantize in (("onnx", "none"), ("onnx", "dynamic_int8"), ("tflite", "none"), ("tflite", "dynamic_int8")):
+    for fmt, quantize in formats:
+        if fmt == "saved_model":
+            continue
         lengths = (ids.shape[1],) if fmt == "tflite" else ()
         exported = export_portable(student_dir, root, "ner", fmt, quantize, lengths=lengths)
         predictor = portable.Predictor(exported.directory, threads=threads)
         key = (name, "onnxruntime" if fmt == "onnx" else "litert", fmt, quantize)
         rows.append(_row(key + ("ids",), _ids_call(predictor.run, True), ids, repeats, query_batches))
-        rows.append(_row(key + ("text",), lambda b, p=predictor: p.predict(list(b), batch_size=len(b)), texts,
-                         repeats, query_batches))
+        if texts is not None:
+            rows.append(_row(key + ("text",), lambda b, p=predictor: p.predict(list(b), batch_size=len(b)), texts,
+                             repeats, query_batches))
     return rows
 
 

@@ -10,6 +10,7 @@ from typing import Callable, Dict, List
 from xtremedistil_tf.benchmarks import cache_size as cache_benchmarks
 from xtremedistil_tf.benchmarks import crf as crf_benchmarks
 from xtremedistil_tf.benchmarks import decoders as decoders_benchmarks
+from xtremedistil_tf.benchmarks import deployed as deployed_benchmarks
 from xtremedistil_tf.benchmarks import formats as formats_benchmarks
 from xtremedistil_tf.benchmarks import latency as latency_benchmarks
 from xtremedistil_tf.benchmarks import memory as memory_benchmarks
@@ -21,6 +22,7 @@ BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
     "cache": cache_benchmarks.run,
     "crf": crf_benchmarks.run,
     "decoders": decoders_benchmarks.run,
+    "deployed": deployed_benchmarks.run,
     "formats": formats_benchmarks.run,
     "latency": latency_benchmarks.run,
     "memory": memory_benchmarks.run,

@@ -4,6 +4,8 @@
                         (disk bytes per 1,000 windows of the teacher-output cache in each layout)
     bin/benchmark crf [--repeats=50]
     bin/benchmark decoders --work_dir=runs/ablate   (a bin/ablate run's teacher and students, constrained and argmax F1)
+    bin/benchmark deployed --work_dir=runs/demo [--latency_threads=1 --queries=256]   (the work dir's own teacher and
+                          student in TensorFlow and ONNX Runtime int8, batch 1 and 32, interleaved; W/deployed.json)
     bin/benchmark formats --work_dir=runs/wikiann [--repeats=3 --formats_queries=256 --formats_lengths=64]
                           (size, parameters, F1, latency, peak RSS per export format and quantization)
     bin/benchmark latency [--teacher_config=mbert-base --students=50x200,100x400 --queries=1000]
@@ -27,6 +29,7 @@ from absl import flags
 import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
 from xtremedistil_tf.benchmarks import (  # noqa: E402
     cache_size,  # noqa: E402
+    deployed,
     formats,
     latency,
     memory,
@@ -42,6 +45,7 @@ flag_group("Benchmark")
 flags.DEFINE_integer("repeats", 50, "Timed runs per measurement (the median is printed).")
 # Flags must exist before absl parses the command line.
 latency.define_flags()
+deployed.define_flags()
 memory.define_flags()
 cache_size.define_flags()
 formats.define_flags()
@@ -87,6 +91,7 @@ SUBCOMMANDS = (
     ("cache", "bytes per 1,000 windows of the teacher-output cache in each layout (padded, ragged, int8, top-k)"),
     ("crf", "CRF log-likelihood, 1-best and k-best decoding at B=32, T=128 (eager, tf.function, XLA)"),
     ("decoders", "a bin/ablate run's teacher and students: constrained and argmax decoding, F1 and speed"),
+    ("deployed", "a work dir's own teacher and student in TensorFlow and ONNX Runtime int8, batch 1 and 32, interleaved"),
     ("formats", "each export format and quantization: size, parameters, F1, latency, peak RSS"),
     ("latency", "teacher and student inference latency at batch 1 and 32 (the paper's speedups)"),
     ("memory", "peak RSS of student training against the transfer-set size"),

@@ -206,29 +206,34 @@ _GRAPHEME_BYTES = 6
 _PROBE_MARKS = ("\u0301", "\u0308")
 
 
-def _extenders() -> set:
+@functools.lru_cache(maxsize=None)
+def _extenders() -> frozenset:
     """Code points that continue a grapheme in any case: combining marks, ZWNJ/ZWJ, emoji modifiers, tags."""
     marks = {c for c in _CODE_POINTS if unicodedata.category(chr(c)) in ("Mn", "Me", "Mc")}
-    return marks | {0x200C, 0x200D} | set(range(0x1F3FB, 0x1F400)) | set(range(0xE0020, 0xE0080))
+    return frozenset(marks | {0x200C, 0x200D} | set(range(0x1F3FB, 0x1F400)) | set(range(0xE0020, 0xE0080)))
 
 
 def grapheme_rules(normalize) -> Dict[str, str]:
     """RE2 rewrites that make SentencePiece's own normalizer give what Hugging Face `tokenizers`' Precompiled
     normalizer (`normalize`: its normalize_str) gives: {"short": pattern (replacement `GRAPHEME_REPLACEMENT`),
-    "long": pattern of two characters to put "separator" (a character the map removes) between}.
+    "separator": a character the map removes, "apart": the characters it goes before, "whole": pattern where it
+    is taken out again (replacement r"\\1\\2\\3")}.
 
     The two read the same precompiled character map, but SentencePiece replaces the longest key at each
     character, across graphemes, while `tokenizers` looks up each grapheme: one of under 6 bytes that begins with
     a key is replaced whole by the shortest such key's value, the marks after it dropped (e.g. "e\\u0323\\u0302",
     Vietnamese in NFD, becomes "ẹ", SentencePiece's "ệ"); any other a character at a time (decomposed Hangul
-    "\\u1100\\u1161" stays two jamo, SentencePiece composes "가"). The student reads `tokenizers`' pieces, so the
-    served graph rewrites each word first: "short" drops what follows a key in a grapheme of under 6 bytes (a
-    2-byte key and a 2- or 3-byte extender, a 3-byte key and a 2-byte one, an ASCII letter with a 2-byte mark that
-    together are a key and a 2-byte one), "long" separates two characters of 6 bytes or more that a decomposition
-    holds. Keys and extenders are read from `normalize` itself: a key is what swallows a following combining mark.
-    Not reproduced (docs/serving.md): a grapheme of 6 bytes or more in which a letter and the mark after it are a
-    key, followed by more marks (Greek "ά" in NFD with a further mark): `tokenizers` reads it a character at a time,
-    the served graph composes the first two."""
+    "\\u1100\\u1161" stays two jamo and "\\u03b1\\u0301\\u0940" three characters, where SentencePiece composes "가"
+    and "ά"). The student reads `tokenizers`' pieces, so the served graph rewrites each word first: "short" drops
+    what follows a key in a grapheme of under 6 bytes (a 2-byte key and a 2- or 3-byte extender, a 3-byte key and
+    a 2-byte one, an ASCII letter with a 2-byte mark that together are a key and a 2-byte one); then the separator
+    goes before each character that continues a grapheme, so that SentencePiece composes nothing, and "whole" takes
+    it out of a two-character key that is a whole grapheme under 6 bytes. Keys and extenders are read from
+    `normalize` itself: a key is what swallows a following combining mark; two-character keys are found among the
+    Unicode decompositions.
+    Graphemes are told by the characters that continue one (marks, ZWNJ/ZWJ, emoji modifiers, Hangul vowels and
+    finals), not by every rule of Unicode's segmentation: tests/test_sentencepiece_export.py holds the fuzz set on
+    which the served pieces equal `tokenizers`'."""
     first, second = _PROBE_MARKS
     bmp = [c for c in _CODE_POINTS if 0x80 <= c < 0x10000]
     keys = [c for c in bmp if normalize(chr(c) + first) == normalize(chr(c)) != chr(c) + first]
@@ -239,17 +244,31 @@ def grapheme_rules(normalize) -> Dict[str, str]:
     # Two-character keys: the first two characters of each character's decompositions, where `normalize` reads
     # them as one (it drops a mark after them).
     candidates = {unicodedata.normalize(form, chr(c))[:2] for c in bmp for form in ("NFD", "NFKD")}
+    # ... and with a mark that decomposes to the second character (U+0341 is U+0301)
+    singletons = {}
+    for c in bmp:
+        singletons.setdefault(unicodedata.normalize("NFD", chr(c)), []).append(chr(c))
+    candidates |= {p[0] + mark for p in list(candidates) if len(p) == 2 for mark in singletons.get(p[1], ())}
     pairs = sorted(p for p in candidates if len(p) == 2 and len(p.encode()) < _GRAPHEME_BYTES and p[0] != p[1]
                    and ord(p[1]) in attach and normalize(p) != p
                    and normalize(p + (second if p[1] == first else first)) == normalize(p))
-    # Two characters of 6 bytes or more (decomposed Hangul, kana and a separate voiced mark) are a grapheme that
-    # `tokenizers` reads a character at a time: a separator the map removes goes between them.
-    long_pairs = [p for p in candidates if len(p) == 2 and len(p.encode()) >= _GRAPHEME_BYTES]
+    # A separator the map removes goes before each character that continues a grapheme (marks, Hangul vowels and
+    # finals), so that SentencePiece composes no two characters that `tokenizers` reads one at a time; it is taken
+    # out again between the two characters of a key that is a whole grapheme under 6 bytes (`tokenizers` reads that
+    # one whole).
+    jamo = set(range(0x1160, 0x1200)) | set(range(0xD7B0, 0xD800))
+    single = set(keys)
+    whole = sorted(p for p in candidates if len(p) == 2 and len(p.encode()) < _GRAPHEME_BYTES
+                   and ord(p[0]) not in single and ord(p[1]) in attach
+                   and normalize(p) != normalize(p[0]) + normalize(p[1]))
     separator = next(chr(c) for c in range(1, 0x20) if normalize(f"a{chr(c)}b") == "ab")
+
+    extending_chars = attach | _extenders()
 
     def key_class(members):
         """Keys that extend a grapheme begin one only at the word's start."""
-        starts, extending = [c for c in members if c not in attach], [c for c in members if c in attach]
+        starts = [c for c in members if c not in extending_chars]
+        extending = [c for c in members if c in extending_chars]
         return "(?:" + "|".join(([_re2_class(starts)] if starts else []) +
                                 ([f"^{_re2_class(extending)}"] if extending else [])) + ")"
 
@@ -262,7 +281,12 @@ def grapheme_rules(normalize) -> Dict[str, str]:
     return {"short": f"(?:({key_class(key2)}){_re2_class(attach)}|({key_class(key3)}){_re2_class(two)}|"
                      f"({alternatives(short_pairs)}){_re2_class(two)}){end}",
             "separator": separator,
-            "long": f"({_re2_class(ord(p[0]) for p in long_pairs)})({_re2_class(ord(p[1]) for p in long_pairs)})"}
+            "apart": f"({_re2_class(attach | _extenders() | jamo)})",
+            "whole": f"({alternatives([p[0] for p in whole])})\\x{{{ord(separator):x}}}"
+                     f"({alternatives(sorted({p[1] for p in whole}))})"
+                     # the grapheme ends: no character continues it (a separator before a Hangul vowel or final, which
+                     # continue only Hangul, does not)
+                     f"([^{extender[1:-1]}\\x{{{ord(separator):x}}}]|\\x{{{ord(separator):x}}}{_re2_class(jamo)}|$)"}
 
 
 GRAPHEME_REPLACEMENT = r"\1\2\3\4"
@@ -313,8 +337,9 @@ class SentencePieces(WordSplit):
         # Twice: a match reads the character after its grapheme, which may begin the next one.
         for _ in range(2):
             words = tf.strings.regex_replace(words, rules["short"], GRAPHEME_REPLACEMENT)
+        words = tf.strings.regex_replace(words, rules["apart"], rules["separator"] + r"\1")
         for _ in range(2):
-            words = tf.strings.regex_replace(words, rules["long"], r"\1" + rules["separator"] + r"\2")
+            words = tf.strings.regex_replace(words, rules["whole"], r"\1\2\3")
         pieces = self.sentencepiece.tokenize(words)
         pieces = pieces.with_flat_values(tf.gather(self._piece_ids, pieces.flat_values))
         return at_least_one(pieces, self._unk)

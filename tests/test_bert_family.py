@@ -1,7 +1,7 @@
 """BERT-family means BERT-family: RoBERTa (byte-level BPE, <s>=0 <pad>=1 </s>=2, positions after the
 padding id), DistilBERT (no token types, transformer/layer_._N), ELECTRA (embedding size apart from
 the hidden size) through data -> teacher -> transfer -> student, and bin/export's refusal of a
-tokenizer family its in-graph WordPiece tokenizer cannot serve (teachers/families.py)."""
+SavedModel of a byte-level BPE student, whose pieces no in-graph tokenizer makes (teachers/families.py)."""
 import os
 import subprocess
 import sys
@@ -280,9 +280,9 @@ def test_bin_export_refuses_a_byte_level_bpe_student(roberta_run, tmp_path):
                             timeout=300)
     assert result.returncode == 2
     line = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert line == [f"error: {work / 'student'} reads the pieces of a byte-level BPE tokenizer, and bin/export's "
-                    "in-graph tokenizer is WordPiece only: to serve with TF Serving, distil from a WordPiece teacher "
-                    "(BERT, DistilBERT, ELECTRA, or a student with its own WordPiece vocabulary from bin/distil_lm, "
-                    f"docs/subwords.md); to tag text in Python, run bin/predict --model={work / 'student'} "
-                    "(docs/serving.md)"]
+    assert line == [f"error: {work / 'student'} reads the pieces of a byte-level BPE tokenizer (RoBERTa), and no "
+                    "in-graph tokenizer of a tf-keras SavedModel makes them (tensorflow-text has no byte-level BPE; "
+                    "KerasHub's BytePairTokenizer is a Keras 3 layer): to tag text in Python, run bin/predict "
+                    f"--model={work / 'student'}, or export it with --format=onnx or --format=tflite, whose predict.py "
+                    "tokenizes with the tokenizers library (docs/serving.md)"]
     assert not (tmp_path / "export").exists()

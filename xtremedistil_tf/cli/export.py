@@ -138,7 +138,7 @@ def export() -> None:
                                 FLAGS.overwrite, _prune_corpus(), FLAGS.prune_min_count, FLAGS.prune_keep_characters,
                                 int_list("xla_lengths"), FLAGS.decode)
     module = exported.module
-    print(f"served graph: {module.served_parameters():,} parameters, {len(module.vocab):,} word pieces, "
+    print(f"served graph: {module.served_parameters():,} parameters, {module.served_pieces():,} word pieces, "
           f"{module.decode} decoding", flush=True)
     print(exported.directory, flush=True)
 

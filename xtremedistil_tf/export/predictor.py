@@ -1,7 +1,7 @@
 """Entities from an exported model directory or a saved student, through the serving signature.
 
-A saved student of a tokenizer family the in-graph tokenizer cannot serve (teachers/families.py:
-RoBERTa's byte-level BPE, XLM-R's SentencePiece) is run by `TextTagger` instead: the same word
+A saved student of a tokenizer family other than WordPiece (teachers/families.py: RoBERTa's byte-level BPE,
+XLM-R's SentencePiece; their exports: docs/serving.md) is run by `TextTagger` instead: the same word
 splitting (whitespace and punctuation, as BERT's pre-tokenizer), the teacher's own tokenizer in
 Python, the same student graph (`NerServing.ids`), the same word decoding (crf/decoding.py) and
 the same entity outputs.

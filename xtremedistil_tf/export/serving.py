@@ -256,6 +256,10 @@ class NerServing(tf.Module):
         self._type_ids = tf.constant(type_ids, tf.int32)
         self._types = tf.constant(types + [""])  # "" keeps the constant non-empty when there are no types
 
+    def served_pieces(self) -> int:
+        """Word pieces the served model reads (its `word_embedding` rows: the pruned vocabulary's with --prune_vocab)."""
+        return int(self._keras.model.get_layer("word_embedding").input_dim)
+
     def served_parameters(self) -> int:
         """Parameters of the served graph (embeddings, body and the heads on the path to the tags)."""
         return int(sum(v.shape.num_elements() for v in self.student_variables))

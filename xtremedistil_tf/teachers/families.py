@@ -12,8 +12,10 @@ the code reads them from the tokenizer (`cls_token_id`, `sep_token_id`, `pad_tok
 constants. Models without token types (DistilBERT, RoBERTa's single type) get input_ids and
 attention_mask only, which is all the teachers pass.
 
-The in-graph tokenizer of bin/export (export.words: tensorflow-text's FastWordpieceTokenizer) is WordPiece only
-(`servable_in_graph`).
+bin/export's in-graph tokenizers (export.words) are tensorflow-text's FastWordpieceTokenizer for WordPiece
+(`servable_in_graph`: the student keeps a vocab.txt) and its SentencepieceTokenizer for SentencePiece Unigram (the
+teacher's .model file); byte-level BPE has none, so its students are served by ONNX/TFLite exports, whose predict.py
+tokenizes with `tokenizers` (students.artifact.check_servable, docs/serving.md).
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def tokenizer_family(tokenizer) -> str:
 
 def servable_in_graph(tokenizer) -> bool:
     """Whether the export's in-graph WordPiece tokenizer segments as `tokenizer` does: WordPiece
-    with `##` continuation pieces."""
+    with `##` continuation pieces (SentencePiece students: export.words.SentencePieces)."""
     return tokenizer_family(tokenizer) == WORDPIECE
 
 

@@ -24,6 +24,6 @@ setup(
     entry_points={"console_scripts": [
         f"xtremedistil-{name.replace('_', '-')}=xtremedistil_tf.cli.{name}:run"
         for name in ("train", "evaluate", "ablate", "export", "predict", "benchmark", "report",
-                     "nas_search", "distil_lm", "transfer_text")
+                     "nas_search", "distil_lm", "transfer_text", "fetch_teacher")
     ] + ["xtremedistil-distill-lm=xtremedistil_tf.cli.distil_lm:run_deprecated"]},   # the old spelling, deprecated
 )

@@ -28,6 +28,7 @@ COMMANDS = {
     "distil_lm": ["--hidden", "--variant"],
     "nas_search": ["--mode", "--arch"],
     "transfer_text": ["--source", "--max_sentences", "--output"],
+    "fetch_teacher": ["--teacher", "--wheels_dir"],
 }
 
 

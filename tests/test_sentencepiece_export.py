@@ -23,7 +23,7 @@ from conftest import TOY_LABELS, toy_ner_sentences
 from test_bert_family import roberta_dir  # noqa: F401  (the tiny RoBERTa tokenizer fixture)
 from test_export import ENV, LOAD_AND_CALL
 from test_serving_offsets import fuzz_bytes
-from transformers import XLMRobertaTokenizerFast
+from transformers import CamembertTokenizerFast, XLMRobertaTokenizerFast
 
 from xtremedistil_tf.data.alignment import TagVocab, encode, word_pieces
 from xtremedistil_tf.data.sentence import Sentence
@@ -121,6 +121,17 @@ def student_files(directory, tokenizer_dir, family):
     shutil.copytree(tokenizer_dir, directory / "tokenizer")
     atomic_write_json(directory / "student.json", asdict(StudentMeta(TOY_LABELS, tokenizer_family=family)))
     return directory
+
+
+def test_camembert_pieces_and_special_ids_are_its_own(xlmr_dir):
+    """CamemBERT's tokenizer over the same SentencePiece model: its own ids (<s>NOTUSED first, <s>=5, </s>=6)."""
+    tokenizer = CamembertTokenizerFast(vocab_file=str(xlmr_dir / "sentencepiece.bpe.model"))
+    assert tokenizer_family(tokenizer) == UNIGRAM
+    served = SentencePieces.of_tokenizer(tokenizer, xlmr_dir / "sentencepiece.bpe.model")
+    assert (served.cls_id, served.sep_id, served.pad_id) == (5, 6, 1)
+    texts = fuzz_texts(400, seed=44)
+    pieces = tf.function(lambda t: served.tokenize(valid_utf8(t))[0])(tf.constant(texts)).to_list()
+    assert pieces == training_pieces(tokenizer, texts)
 
 
 def test_saved_model_refuses_a_tokenizer_without_a_sentencepiece_model(xlmr_dir, tmp_path):

@@ -40,6 +40,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export import bfloat16
 from xtremedistil_tf.export.serving import NerServing, export_student, tag_tables
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
+from xtremedistil_tf.students.artifact import special_pieces
 from xtremedistil_tf.export import onnx_bilstm
 from xtremedistil_tf.teachers.model import load_tokenizer
 
@@ -78,7 +79,9 @@ def write_tokenizer(vocab: List[str], lower_case: bool, path) -> None:
     """tokenizer.json: BERT WordPiece over `vocab` (ids = positions) with BERT's normalizer (lower
     case and accents stripped when `lower_case`, CJK characters split) and pre-tokenizer, as the
     SavedModel's tokenizer (export.words.WordPieces, tested on the same words)."""
-    tokenizer = BertWordPieceTokenizer({piece: index for index, piece in enumerate(vocab)}, unk_token="[UNK]",
+    special = special_pieces(vocab)
+    tokenizer = BertWordPieceTokenizer({piece: index for index, piece in enumerate(vocab)},
+                                       **{f"{k}_token": special[k] for k in ("unk", "sep", "cls", "pad", "mask")},
                                        lowercase=lower_case, strip_accents=lower_case, clean_text=True,
                                        handle_chinese_chars=True)
     tokenizer.save(str(path))
@@ -326,6 +329,8 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
             convert_tflite(module, tmp / MODEL_FILES[fmt], quantize, fixed)
         if module.vocab is not None:
             write_tokenizer(module.vocab, config.lower_case, tmp / "tokenizer.json")
+            special = special_pieces(module.vocab)
+            meta["special_ids"] = {k: module.vocab.index(special[k]) for k in ("cls", "sep", "pad", "unk")}
         else:
             meta.update(teacher_tokenizer(Path(student_dir), tmp))
         atomic_write_json(tmp / "export.json", meta)

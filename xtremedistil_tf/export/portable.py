@@ -152,7 +152,10 @@ class Predictor:
             self.continuation = np.zeros(len(vocab), bool)
             for piece, index in vocab.items():
                 self.continuation[index] = piece.startswith("##")
-            self.cls, self.sep, self.pad = (vocab[p] for p in ("[CLS]", "[SEP]", "[PAD]"))
+            # export.json names the specials' ids (BERT's [CLS]..., MPNet's <s>...); older exports: BERT's names.
+            special = meta.get("special_ids") or {k: vocab[p] for k, p in (("cls", "[CLS]"), ("sep", "[SEP]"),
+                                                                            ("pad", "[PAD]"))}
+            self.cls, self.sep, self.pad = (special[k] for k in ("cls", "sep", "pad"))
         # Pieces per window without [CLS]/[SEP]; None: each text is one window, whatever its length.
         self.budget = meta["window"] - 2 if meta["window"] else None
         self.transitions = np.array(meta["transitions"], np.float32) if meta["transitions"] else None

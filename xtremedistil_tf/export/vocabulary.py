@@ -22,10 +22,7 @@ from tqdm.auto import tqdm
 
 from xtremedistil_tf.errors import DataFormatError
 from xtremedistil_tf.export.words import WordPieces
-from xtremedistil_tf.students.artifact import Replacement
-
-SPECIAL_PIECES = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-
+from xtremedistil_tf.students.artifact import Replacement, special_pieces
 
 def corpus_texts(paths: Sequence[Path]) -> Iterator[str]:
     """Texts of `paths`: JSON lines with "tokens" (a work dir's data/*.jsonl), joined by spaces,
@@ -70,9 +67,10 @@ def kept_piece_ids(counts: np.ndarray, vocab: List[str], min_count: int = 1, kee
     """Sorted ids of the pieces to serve: seen >= min_count times, special, or (keep_characters)
     one character long once a leading "##" is dropped."""
     keep = counts >= min_count
+    special = set(special_pieces(vocab).values())
     for index, piece in enumerate(vocab):
         bare = piece[2:] if piece.startswith("##") else piece
-        if piece in SPECIAL_PIECES or (keep_characters and len(bare) == 1):
+        if piece in special or (keep_characters and len(bare) == 1):
             keep[index] = True
     return np.flatnonzero(keep)
 

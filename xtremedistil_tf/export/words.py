@@ -29,6 +29,8 @@ from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops
 from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
+from xtremedistil_tf.students.artifact import special_pieces
+
 # The characters tested: every code point but the surrogates (not valid in UTF-8).
 _CODE_POINTS = [c for c in range(sys.maxunicode + 1) if not 0xD800 <= c < 0xE000]
 
@@ -181,10 +183,11 @@ class WordPieces(WordSplit):
     def __init__(self, vocab: Sequence[str], lower_case: bool):
         super().__init__(lower_case)
         vocab = list(vocab)
-        self._unk = vocab.index("[UNK]")
-        self.cls_id, self.sep_id, self.pad_id = (vocab.index(p) for p in ("[CLS]", "[SEP]", "[PAD]"))
+        special = special_pieces(vocab)   # BERT's [CLS] [SEP] [PAD] [UNK], or MPNet's <s> </s> <pad> [UNK]
+        self._unk = vocab.index(special["unk"])
+        self.cls_id, self.sep_id, self.pad_id = (vocab.index(special[k]) for k in ("cls", "sep", "pad"))
         # Each word is one WordPiece input: no splitting of its own (its punctuation tables may differ).
-        self.wordpiece = tf_text.FastWordpieceTokenizer(vocab, token_out_type=tf.int32, unknown_token="[UNK]",
+        self.wordpiece = tf_text.FastWordpieceTokenizer(vocab, token_out_type=tf.int32, unknown_token=special["unk"],
                                                         no_pretokenization=True)
 
     def normalize(self, words):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -85,15 +85,31 @@ def read_config(student_dir) -> StudentMeta:
         raise ConfigError(f"{path}: {e}") from None
 
 
+# The special pieces of a WordPiece vocabulary by the names its family gives them: BERT's, and MPNet's (fairseq's
+# <s>, </s>, <pad>, <mask> beside BERT's [UNK]).
+WORDPIECE_SPECIALS = ({"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]", "mask": "[MASK]"},
+                      {"cls": "<s>", "sep": "</s>", "pad": "<pad>", "unk": "[UNK]", "mask": "<mask>"})
+
+
+def special_pieces(pieces: Sequence[str], path="the vocabulary") -> Dict[str, str]:
+    """{"cls", "sep", "pad", "unk", "mask"} -> piece of the first WORDPIECE_SPECIALS convention whose cls, sep, pad
+    and unk pieces `pieces` all hold (mask may be absent); a ConfigError naming `path` when none does."""
+    held = set(pieces)
+    for names in WORDPIECE_SPECIALS:
+        if all(names[k] in held for k in ("cls", "sep", "pad", "unk")):
+            return names
+    missing = [p for p in ("[UNK]", "[CLS]", "[SEP]", "[PAD]") if p not in held]
+    raise ConfigError(f"{path} lacks the special pieces {missing} (or MPNet's <s>, </s>, <pad> and [UNK])")
+
+
 def read_vocab(path) -> List[str]:
     """WordPiece vocabulary, one piece a line (line number = id), as HF BertTokenizer reads it."""
     pieces = Path(path).read_text(encoding="utf-8").split("\n")
     if pieces and pieces[-1] == "":
         pieces.pop()
-    missing = [p for p in ("[UNK]", "[CLS]", "[SEP]", "[PAD]") if p not in pieces]
-    if missing:
-        raise ConfigError(f"{path} lacks the special pieces {missing}")
-    return [p.rstrip("\r") for p in pieces]
+    pieces = [p.rstrip("\r") for p in pieces]
+    special_pieces(pieces, path)
+    return pieces
 
 
 def sentencepiece_model(student_dir) -> Optional[Path]:

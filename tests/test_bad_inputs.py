@@ -166,8 +166,10 @@ def test_a_step_that_fails_to_write_keeps_nothing_and_says_so(tmp_path):
         (tmp / "part.jsonl").write_text("half")
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(WorkDirError, match=r"^step teacher failed: No space left on device; nothing of it was kept "
-                                           rf"in {tmp_path / 'w' / 'teacher'} \(rerun"):
+    # The OSError names no file (a library's write() on a full disk): the file the step was writing is named.
+    with pytest.raises(WorkDirError, match=r"^step teacher failed: No space left on device "
+                                           rf"\({tmp_path / 'w' / 'teacher.tmp' / 'part.jsonl'}\); nothing of it "
+                                           rf"was kept in {tmp_path / 'w' / 'teacher'} \(rerun"):
         work.run_step("teacher", {"a": 1}, full_disk)
     assert tree_digest(work.root) == before   # no teacher/, no teacher.tmp/, data/ as it was
     assert one_line(PermissionError(13, "Permission denied", "/w/run.log")) == "/w/run.log: Permission denied"
@@ -392,6 +394,6 @@ def test_full_disk_during_a_step_gives_one_line_and_keeps_no_half_step(tmp_path,
     work = tmp_path / "work"
     proc = bin_train(base_flags(corpus, tiny_bert_dir, work) + ["--train_file=big_train.txt"], preexec_fn=small_files)
     assert proc.returncode == 2
-    assert error_line(proc.stderr).startswith(f"error: step data failed: File too large; nothing of it was kept "
-                                              f"in {work / 'data'} (rerun the same command once fixed)")
+    assert error_line(proc.stderr) == (f"error: step data failed: File too large ({work / 'data.tmp' / 'train.jsonl'}); "
+                                       f"nothing of it was kept in {work / 'data'} (rerun the same command once fixed)")
     assert {p.name for p in work.iterdir()} <= LOG_FILES   # no data/, no data.tmp/

@@ -20,7 +20,7 @@ from test_bad_inputs import ENV, base_flags, bin_train, error_line, tree_digest
 from test_pipeline import write_conll
 
 from xtremedistil_tf.data.loading import DataConfig
-from xtremedistil_tf.errors import ConfigError, Interrupted
+from xtremedistil_tf.errors import ConfigError, Interrupted, WorkDirError
 from xtremedistil_tf.run import pipeline
 from xtremedistil_tf.run.lock import work_dir_lock
 from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir, fingerprint_hash, write_error_reason
@@ -324,6 +324,30 @@ def test_tensorflow_disk_full_errors_are_write_errors_and_other_tf_errors_are_no
     assert write_error_reason(OSError(28, "No space left on device", "/w/x")) == "No space left on device (/w/x)"
     assert write_error_reason(OSError(2, "No such file or directory", "/w/x")) is None
     assert write_error_reason(ValueError("No space left on device")) is None
+
+
+class SafetensorError(Exception):
+    """As safetensors' Rust code reports a full disk: no errno field, no file name, the OS error in the text."""
+
+
+def test_a_full_disk_in_a_rust_library_names_what_the_step_was_writing(tmp_path):
+    work = WorkDir(tmp_path / "w")
+
+    def save_pretrained(tmp):   # config.json written, then the weights: the library removes its partial file
+        (tmp / "model" / "encoder").mkdir(parents=True)
+        (tmp / "model" / "encoder" / "config.json").write_text("{}")
+        time.sleep(0.01)
+        (tmp / "model" / "encoder" / "model.safetensors").write_bytes(b"partial")
+        (tmp / "model" / "encoder" / "model.safetensors").unlink()
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    with pytest.raises(WorkDirError) as info:
+        work.run_step("teacher", {"a": 1}, save_pretrained)
+    encoder = tmp_path / "w" / "teacher.tmp" / "model" / "encoder"
+    assert str(info.value) == (f"step teacher failed: No space left on device ({encoder}); "
+                               f"nothing of it was kept in {tmp_path / 'w' / 'teacher'} (rerun the same command once fixed)")
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == []
+    assert write_error_reason(SafetensorError("I/O error: No such file or directory (os error 2)")) is None
 
 
 # ----------------------------------------------------------------------------- item 10: absl flag errors

@@ -7,6 +7,7 @@ points at missing data.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -17,6 +18,9 @@ from pathlib import Path
 from typing import Iterator, List, Sequence
 
 from xtremedistil_tf import stop
+
+# errno values that mean a file could not be written (disk or quota full, read-only, no permission).
+WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 
 @contextlib.contextmanager
@@ -34,8 +38,9 @@ def atomic_dir(directory) -> Iterator[Path]:
     try:
         yield tmp
         stop.raise_if_interrupted()
-    except BaseException:
+    except BaseException as error:
         with stop.deferred():
+            name_the_file(error, last_written(tmp))
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     with stop.deferred():
@@ -49,6 +54,26 @@ def atomic_dir(directory) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
+
+
+def name_the_file(error: BaseException, path) -> None:
+    """A write error that names no file (a full disk inside a library's write: numpy's, zipfile's, json's,
+    safetensors') gets `path`, the file the write was filling, as its `filename`, so that the one-line error says
+    which file could not be written (run.workdir.write_error_reason)."""
+    if path is None or getattr(error, "filename", None):
+        return
+    if isinstance(error, OSError) and error.errno not in WRITE_ERRORS:   # e.g. a read: not about what was written
+        return
+    try:
+        error.filename = str(path)   # an OSError's own field; other errors (a Rust library's I/O error) get one
+    except (AttributeError, TypeError):
+        pass
+
+
+def last_written(directory):
+    """The file or directory under `directory` written last (a file a library removed when its write failed leaves
+    its directory's mtime as the last write); None if it is empty."""
+    return max(Path(directory).rglob("*"), key=lambda p: p.lstat().st_mtime_ns, default=None)
 
 
 def atomic_write_text(path, text: str, own_tmp: bool = False) -> None:
@@ -66,7 +91,8 @@ def atomic_write_text(path, text: str, own_tmp: bool = False) -> None:
             os.fsync(f.fileno())
         with stop.deferred():
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
+        name_the_file(error, path)
         with stop.deferred():
             tmp.unlink(missing_ok=True)
         raise

@@ -15,7 +15,6 @@ stamped with the hash of what was read (`read_streams`).
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import logging
@@ -26,10 +25,8 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, Optional
 
 from xtremedistil_tf.errors import ConfigError, TrainingDiverged, WorkDirError
-from xtremedistil_tf.io import atomic_dir, atomic_write_json, file_sha256, read_json, say_if_blocking
+from xtremedistil_tf.io import WRITE_ERRORS, atomic_dir, atomic_write_json, file_sha256, read_json, say_if_blocking
 
-# errno values that mean the work dir could not be written (disk or quota full, read-only, no permission).
-WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 # How TensorFlow's own writes (checkpoints, SavedModels) report those errnos: a tf.errors class
 # (ResourceExhaustedError for ENOSPC and EDQUOT, OutOfRangeError for EFBIG, ...) whose message
@@ -41,11 +38,16 @@ log = logging.getLogger(__name__)
 
 def write_error_reason(error: BaseException) -> Optional[str]:
     """'<strerror> (<file>)' when `error` means the work dir could not be written, from Python
-    (OSError) or from TensorFlow (an OpError naming the errno's text); None for any other error."""
+    (OSError), from a Rust library (its "(os error N)") or from TensorFlow (an OpError naming the errno's
+    text); None for any other error."""
     if isinstance(error, OSError):
         if error.errno not in WRITE_ERRORS:
             return None
         return f"{error.strerror or error}" + (f" ({error.filename})" if error.filename else "")
+    rust = re.search(r"\(os error (\d+)\)", str(error))   # a Rust library's I/O error (safetensors, tokenizers)
+    if rust and int(rust.group(1)) in WRITE_ERRORS:
+        written = getattr(error, "filename", None)   # io.name_the_file: the file the step was writing
+        return os.strerror(int(rust.group(1))) + (f" ({written})" if written else "")
     if type(error).__module__.startswith("tensorflow"):
         message = getattr(error, "message", str(error))
         text = next((t for t in WRITE_ERROR_TEXTS if t in message), None)

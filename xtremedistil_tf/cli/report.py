@@ -8,6 +8,7 @@ from pathlib import Path
 
 from absl import flags
 
+from xtremedistil_tf.benchmarks.deployed import read_result, speed_lines
 from xtremedistil_tf.cli.common import command, define_common_flags
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.run.pipeline import summary_table
@@ -15,8 +16,9 @@ from xtremedistil_tf.run.report import read_metrics, write_report
 
 FLAGS = flags.FLAGS
 define_common_flags()
-flags.DEFINE_bool("summary", False, "Also print the run's summary table (what bin/train prints at its end) and "
-                  "how to serve its export with TF Serving.")
+flags.DEFINE_bool("summary", False, "Also print the run's summary table (what bin/train prints at its end), its "
+                  "speed table when `bin/benchmark deployed` has timed it (<work_dir>/deployed.json) and how to serve "
+                  "its export with TF Serving.")
 flags.DEFINE_string("probes", "", "Probe sentences for report.md's teacher-beside-student table, one raw text a line "
                     "(default: a few sentences with rare names in each of the run's languages, run/probes.py).")
 flags.DEFINE_string("latency_json", "", "Latency results of `bin/benchmark latency --output_json` "
@@ -36,6 +38,9 @@ def report() -> None:
     print(summary_table(work, metrics))
     if hint:
         print(hint)
+    speed = read_result(work)
+    if speed:
+        print("\n".join(speed_lines(speed)))
     print(f"{'report':<26s} {path}")
     export = work / "export"
     for model in sorted(p for p in export.iterdir() if p.is_dir()) if export.is_dir() else []:

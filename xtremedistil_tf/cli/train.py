@@ -66,6 +66,8 @@ flags.DEFINE_string("test_file", _DATA.test_file, "Test file (scored only, never
 flags.DEFINE_list("langs", [], "WikiAnn languages, e.g. en,de,fr.")
 flags.DEFINE_float("dev_fraction", _DATA.dev_fraction, "Fraction of train held out as dev when there is no dev file.")
 flags.DEFINE_float("test_fraction", _DATA.test_fraction, "demo only: fraction held out as test.")
+flags.DEFINE_bool("summary", True, "Print the run's summary table at the end (--nosummary: a later `bin/report "
+                  "--summary` prints it, as make demo does).")
 flags.DEFINE_string("transfer_file", _DATA.transfer_file, "Unlabeled sentences (one per line) added to the transfer set.")
 flags.DEFINE_bool("transfer_char_level", _DATA.transfer_char_level, "Split transfer lines into characters (Chinese).")
 flags.DEFINE_enum("scheme", _DATA.scheme, list(SCHEMES), "Tag scheme of the data.")
@@ -77,6 +79,10 @@ flags.DEFINE_enum("word_split", _DATA.word_split, ["bert", "none"],
 flags.DEFINE_bool("strict_tags", _DATA.strict_tags, "Reject invalid tag sequences (e.g. I- after O) instead of reading them leniently.")
 flags.DEFINE_integer("max_train_sentences", _DATA.max_train_sentences, "Use only the first N training sentences of each language (0: all).")
 flags.DEFINE_integer("max_eval_sentences", _DATA.max_eval_sentences, "Use only the first N dev and test sentences of each language (0: all).")
+flags.DEFINE_integer("transfer_augment", _DATA.transfer_augment,
+                     "Entity-swap variants of each labeled train sentence added to the transfer set as unlabeled "
+                     "text: every entity mention replaced by one of the same type from the train split, seeded "
+                     "(data/augment.py; 0: none).")
 flags.DEFINE_integer("transfer_from_train_rest", _DATA.transfer_from_train_rest,
                      "Unlabeled transfer text from the train split: per language, up to N train sentences past the "
                      "first --max_train_sentences (which it needs), labels dropped (0: none; a count above the rest "
@@ -275,6 +281,7 @@ def config_from_flags():
                       scheme=FLAGS.scheme, strict_tags=FLAGS.strict_tags,
                       max_train_sentences=FLAGS.max_train_sentences, max_eval_sentences=FLAGS.max_eval_sentences,
                       transfer_from_train_rest=FLAGS.transfer_from_train_rest,
+                      transfer_augment=FLAGS.transfer_augment,
                       seed=FLAGS.seed, source=FLAGS.data_source, word_split=FLAGS.word_split)
     finetune = recipe_for(FLAGS.teacher_head, epochs=FLAGS.teacher_epochs, batch_size=FLAGS.teacher_batch_size,
                           learning_rate=FLAGS.teacher_learning_rate,
@@ -330,8 +337,9 @@ def train() -> None:
         return
 
     report = write_report(cfg.work_dir)
-    print(pipeline.summary_table(cfg.work_dir, metrics), file=sys.stdout, flush=True)
-    print(f"report                     {report}", file=sys.stdout, flush=True)
+    if FLAGS.summary:
+        print(pipeline.summary_table(cfg.work_dir, metrics), file=sys.stdout, flush=True)
+        print(f"report                     {report}", file=sys.stdout, flush=True)
 
 
 main, run = command(train, __doc__, 'bin/train --flagfile=configs/demo.flags')

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 
 from xtremedistil_tf.data.demo import HOLDOUT_FRACTION, HOLDOUT_SEED, holdout_split, read_demo, split_train_dev_test
 from xtremedistil_tf.data.readers import read_dataset, read_unlabeled, read_wikiann_dirs
+from xtremedistil_tf.data.augment import entity_swaps
 from xtremedistil_tf.data.schemes import entity_types, label_set
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.tfds_builders import load_tfds_splits, parse_data_source
@@ -48,6 +49,9 @@ class DataConfig:
     # past the first --max_train_sentences, their labels dropped (0: none). They join the transfer
     # set before the --transfer_file lines.
     transfer_from_train_rest: int = 0
+    # Unlabeled transfer text from the labeled train split: N entity-swap variants of each train sentence with
+    # entities (data/augment.py; 0: none). They join the transfer set after --transfer_from_train_rest's sentences.
+    transfer_augment: int = 0
     seed: int = HOLDOUT_SEED
     # "tfds:<name>/<config>" (e.g. tfds:wikiann/en, tfds:conll2003): the labeled splits come from
     # TensorFlow Datasets' own builder instead of files (data/tfds_builders.py, load_tfds_splits).
@@ -57,10 +61,11 @@ class DataConfig:
     word_split: str = DEFAULT_WORD_SPLIT
 
     def to_dict(self) -> dict:
-        """The settings that make the data; `source` and `transfer_from_train_rest` only when set, and `word_split`
+        """The settings that make the data; `source`, `transfer_from_train_rest` and `transfer_augment` only when set,
+        and `word_split`
         only when not "none" (the data's own tokens), so work dirs made before they existed keep their fingerprint."""
         fields = asdict(self)
-        for name in ("source", "transfer_from_train_rest"):
+        for name in ("source", "transfer_from_train_rest", "transfer_augment"):
             if not fields[name]:
                 del fields[name]
         if fields["word_split"] == "none" or self.task == "classification":   # classification is never split
@@ -95,6 +100,9 @@ def check_data_config(cfg: DataConfig) -> None:
     if cfg.transfer_from_train_rest < 0:
         raise ConfigError(f"--transfer_from_train_rest={cfg.transfer_from_train_rest}; expected 0 (none) or a "
                           "positive count per language")
+    if cfg.transfer_augment < 0:
+        raise ConfigError(f"--transfer_augment={cfg.transfer_augment}; expected 0 (none) or a positive number of "
+                          "entity-swap variants per train sentence")
     if cfg.transfer_from_train_rest and not cfg.max_train_sentences:
         raise ConfigError(f"--transfer_from_train_rest={cfg.transfer_from_train_rest} takes the train sentences past "
                           "the labeled ones, so it needs --max_train_sentences (e.g. 2000)")
@@ -146,6 +154,8 @@ def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
         if train and (cfg.source or cfg.format == "wikiann" or (name and cfg.format != "demo")):
             _check_labels_known(cfg, train, split, sentences)
     transfer = [Sentence(s.tokens, lang=s.lang) for s in rest]   # labels dropped
+    if cfg.transfer_augment and cfg.task != "classification":
+        transfer += entity_swaps(train, cfg.transfer_augment, cfg.scheme, cfg.seed)
     if cfg.transfer_file:
         transfer += read_unlabeled(_path(cfg, cfg.transfer_file), char_level=cfg.transfer_char_level)
     splits = {"train": train, "dev": dev, "test": test, "transfer": transfer}

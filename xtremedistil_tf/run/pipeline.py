@@ -285,7 +285,7 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
 
 
 # The settings that make only the unlabeled transfer set: a fine-tuned teacher never reads it.
-TRANSFER_DATA = ("transfer_file", "transfer_char_level", "transfer_from_train_rest")
+TRANSFER_DATA = ("transfer_file", "transfer_char_level", "transfer_from_train_rest", "transfer_augment")
 
 
 def labeled_data_fingerprint(cfg: RunConfig, upstream: dict) -> dict:
@@ -818,10 +818,21 @@ def _score_rows(model: str, scores: dict, spans: bool = False) -> List[tuple]:
     return rows
 
 
+def ratio_rows(teacher: dict, student: dict) -> List[tuple]:
+    """Student / teacher test F1: of the entity spans of the raw text (what their exports serve) where both have
+    them, and of the words."""
+    rows = []
+    for name, key in (("student / teacher test span F1", "spans"), ("student / teacher test F1", None)):
+        t, s = (teacher.get(key, {}) if key else teacher), (student.get(key, {}) if key else student)
+        if t.get("all", {}).get("f1") and "all" in s:
+            rows.append((name, f"{s['all']['f1'] / t['all']['f1']:.1%}"))
+    return rows
+
+
 def summary_table(work_dir, metrics: dict) -> str:
     """A plain-text table of what the run produced: scores, sizes, paths."""
     work = Path(work_dir)
-    rows: List[tuple] = _score_rows("teacher", metrics["teacher"]["scores"])
+    rows: List[tuple] = _score_rows("teacher", metrics["teacher"]["scores"], spans=True)
     rows += _score_rows("teacher (argmax)", metrics["teacher"].get("argmax_scores", {}))
     rows.append(("teacher parameters", f"{metrics['teacher']['parameters']:,}"))
     rows.append(("teacher fine-tuning", f"{metrics['teacher']['train_seconds']:.0f} s, best epoch "
@@ -836,9 +847,7 @@ def summary_table(work_dir, metrics: dict) -> str:
     if "student" in metrics:
         student = metrics["student"]
         rows += _score_rows("student", student["scores"], spans=True)
-        teacher_test = metrics["teacher"]["scores"].get("test", {}).get("all", {}).get("f1")
-        if teacher_test:
-            rows.append(("student / teacher test F1", f"{student['scores']['test']['all']['f1'] / teacher_test:.1%}"))
+        rows += ratio_rows(metrics["teacher"]["scores"].get("test", {}), student["scores"].get("test", {}))
         rows.append(("student parameters", f"{student['parameters']:,} "
                                            f"({metrics['teacher']['parameters'] / student['parameters']:.1f}x fewer)"))
         rows.append(("student distillation", f"{student['train_seconds']:.0f} s"))

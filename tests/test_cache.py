@@ -204,7 +204,7 @@ def test_killed_run_resumes_and_matches_uninterrupted(reference, tmp_path):
     assert not (out / cache.STATE).exists()
 
 
-def test_failed_run_leaves_tmp_that_rerun_removes(reference, tmp_path):
+def test_failed_run_leaves_no_tmp_and_rerun_removes_a_killed_writers(reference, tmp_path):
     def fails_in_shard_3(start, end):
         if start >= 3 * SHARD:
             raise RuntimeError("teacher crashed")
@@ -213,8 +213,8 @@ def test_failed_run_leaves_tmp_that_rerun_removes(reference, tmp_path):
     with pytest.raises(RuntimeError, match="teacher crashed"):
         write(tmp_path, fails_in_shard_3)
     tmp = tmp_path / "shard-00003-of-00005.tfrecord.tmp"
-    assert tmp.exists() and len(shard_paths(tmp_path)) == 3
-    tmp.write_bytes(b"garbage a reader must never see")
+    assert not tmp.exists() and len(shard_paths(tmp_path)) == 3   # a failed shard removes its .tmp
+    tmp.write_bytes(b"garbage a reader must never see")   # as a killed writer (SIGKILL) leaves it
     (tmp_path / "notes.tmp").write_text("not ours")
     write(tmp_path)
     assert not tmp.exists()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REPO, toy_ner_sentences
 from test_bad_inputs import ENV, error_line
@@ -20,6 +21,7 @@ from xtremedistil_tf import damage, stop
 from xtremedistil_tf.errors import ConfigError, DamagedArtifact
 from xtremedistil_tf.export.formats import export
 from xtremedistil_tf.export.predictor import load_serving_fn
+from xtremedistil_tf.transfer.cache import cache_complete, write_sharded
 
 CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 CASES = json.loads((CORPUS / "damaged_models.json").read_text(encoding="utf-8"))
@@ -109,6 +111,24 @@ def test_errors_no_damaged_file_explains_and_interrupts_pass_unchanged(healthy):
                 raise TypeError("from tf.nest")
     finally:
         stop.reset()
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "cache_state.json"])
+def test_a_damaged_json_of_the_teacher_output_cache_is_one_line_naming_it(tmp_path, name):
+    out = tmp_path / "transfer"
+    compute = lambda start, end: {"x": np.arange(start, end, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32)}
+    manifest = write_sharded(out, 5, compute, shard_size=2, batch_size=2, fingerprint={"t": 1}, progress=False)
+    assert manifest["num_shards"] == 3 and cache_complete(out, {"t": 1})
+    if name == "cache_state.json":   # a run stopped after its first shard: the state of a partial cache
+        (out / "manifest.json").unlink()
+        (out / name).write_text(json.dumps({"identity": {"fingerprint": {"t": 1}}, "features": None}))
+    text = (out / name).read_text(encoding="utf-8")
+    (out / name).write_text(text[: len(text) // 2], encoding="utf-8")
+    with pytest.raises(DamagedArtifact) as info:
+        write_sharded(out, 5, compute, shard_size=2, batch_size=2, fingerprint={"t": 1}, progress=False)
+    assert str(info.value).startswith(f"{out / name}: damaged or cut short ({len(text) // 2} bytes: ")
+    assert str(info.value).endswith(f"; delete {out} and rerun the same command (the teacher outputs are computed "
+                                    "again)")
 
 
 # ----------------------------------------------------------------------------- the commands (slow: three processes)

@@ -47,7 +47,8 @@ from tqdm.auto import tqdm
 
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf import stop
-from xtremedistil_tf.io import atomic_write_json, fsync_dir, fsync_file, read_json
+from xtremedistil_tf.damage import reading
+from xtremedistil_tf.io import atomic_write_json, fsync_dir, fsync_file
 
 MANIFEST = "manifest.json"
 STATE = "cache_state.json"
@@ -166,9 +167,18 @@ def _cache_files(out_dir: Path) -> list[Path]:
 def _read_if_exists(path: Path) -> Optional[dict]:
     """The JSON at ``path``, or None if there is none (another worker may remove it at any time)."""
     try:
-        return read_json(path)
+        return _read_json(path)
     except FileNotFoundError:
         return None
+
+
+def _read_json(path: Path) -> dict:
+    """A JSON file of the cache (manifest, state; FileNotFoundError if there is none); a damaged one is named in one
+    line with what to do."""
+    data = path.read_bytes()
+    with reading(path.parent, f"delete {path.parent} and rerun the same command (the teacher outputs are computed "
+                              "again)"):
+        return json.loads(data.decode("utf-8"))
 
 
 def _stored_identity(out_dir: Path) -> Optional[dict]:
@@ -548,7 +558,7 @@ def _write_shard(out_dir: Path, index: int, num_shards: int, start: int, end: in
     tmp = final.with_name(final.name + ".tmp")
     try:
         _fill_shard(tmp, start, end, compute_batch, batch_size, layout, state, bar)
-        on_disk = read_json(out_dir / STATE).get("features")
+        on_disk = _read_json(out_dir / STATE).get("features")
         if on_disk is None:
             atomic_write_json(out_dir / STATE, state, own_tmp=True)
         elif on_disk != _normalize_json(state["features"]):   # another worker's shards hold other arrays
@@ -707,7 +717,7 @@ def load_manifest(out_dir: str | os.PathLike) -> dict:
         why = "incomplete (shards but no manifest: the writer was interrupted)" if partial else "missing"
         raise ConfigError(f"teacher-output cache in {out_dir} is {why}; rerun the writer "
                           "(write_sharded with the same fingerprint resumes where it stopped)")
-    manifest = read_json(path)
+    manifest = _read_json(path)
     _check_format(out_dir, manifest)
     return manifest
 
@@ -716,7 +726,7 @@ def check_format(out_dir: str | os.PathLike) -> None:
     """ConfigError in one line if `out_dir` holds a complete cache of a format this version cannot read."""
     path = Path(out_dir) / MANIFEST
     if path.is_file():
-        _check_format(Path(out_dir), read_json(path))
+        _check_format(Path(out_dir), _read_json(path))
 
 
 def _check_format(out_dir: Path, manifest: dict) -> None:

@@ -46,8 +46,10 @@ def load_rows(results: Path = RESULTS) -> List[dict]:
 
 
 def peer_speedups(latency_json: Path, student: str) -> Dict[str, List[float]]:
-    """{runtime: [batch-1, batch-32 speed-up]} of `student` over the teacher, from a --latency_peers JSON."""
-    rows = json.loads(latency_json.read_text(encoding="utf-8"))["peers"]["rows"]
+    """{runtime: [batch-1, batch-32 speed-up]} of `student` over the teacher, from a --latency_peers JSON (its
+    "peers") or a `bin/benchmark deployed` one (its rows at the top; the student is "student")."""
+    result = json.loads(latency_json.read_text(encoding="utf-8"))
+    rows = result.get("peers", result)["rows"]
 
     def ms(model: str, key: tuple) -> dict:
         found = [r for r in rows if r["model"] == model and r["input"] == "ids"

@@ -19,6 +19,8 @@ from conftest import REPO
 from test_bad_inputs import ENV, base_flags
 from test_work_dir_safety import make_corpus
 
+from xtremedistil_tf import stop
+from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.run.workdir import STEP_FILE
 from xtremedistil_tf.stop import NOT_STARTED
 
@@ -87,6 +89,44 @@ def assert_nothing_half_written(work):
 
 def step_lines(steps=("data", "teacher", "transfer", "student", "metrics")):
     return {f"{RESUME} from step {step}" for step in steps}
+
+
+@pytest.fixture
+def recording():
+    """stop.py's handler in this process, for the test only (pytest's own Ctrl-C handling back afterwards)."""
+    assert stop.install()
+    try:
+        yield
+    finally:
+        stop.uninstall()
+        stop.reset()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_signal_is_recorded_before_the_work_raised_during_it_and_held_in_a_commit(recording, tmp_path):
+    os.kill(os.getpid(), signal.SIGTERM)   # while the command starts: recorded, nothing raised
+    time.sleep(0.05)
+    assert stop.received() == signal.SIGTERM and stop.exit_status() == 143
+    with pytest.raises(KeyboardInterrupt):   # the work does not start
+        with stop.armed():
+            pytest.fail("the work started after the signal")
+    stop.reset()
+    held = []
+    with pytest.raises(KeyboardInterrupt):
+        with stop.armed():
+            with stop.deferred():   # a commit: the signal waits for its end
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                held.append("the section ran to its end")
+            pytest.fail("the interrupt was not raised at the section's end")
+    assert held == ["the section ran to its end"] and stop.exit_status() == 130
+    stop.reset()
+    with pytest.raises(KeyboardInterrupt):   # a build a signal reached is not committed, even when it returned
+        with atomic_dir(tmp_path / "step") as tmp:
+            (tmp / "half").write_text("x")
+            os.kill(os.getpid(), signal.SIGINT)   # not armed: recorded only
+            time.sleep(0.05)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

@@ -151,14 +151,19 @@ def test_bin_train_interrupted_every_half_second_then_rerun_finishes(tmp_path, t
     work = tmp_path / "work"
     args = [sys.executable, BIN_TRAIN, *flags(corpus, tiny_bert_dir, work)]
     seen = {}
-    for k in range(1, 31):   # 0.5 s, 1.0 s, ... 15.0 s after the start; the runs resume one another's steps
-        moment, signum = k / 2, signal.SIGINT if k % 2 else signal.SIGTERM
+    # 0.5 s, 1.0 s, ... 15.0 s after the start (the runs resume one another's steps); then, on a machine so loaded
+    # that no run got past its imports by then, a second later each time until one is stopped inside a step.
+    moments = [k / 2 for k in range(1, 31)] + list(range(16, 61))
+    for k, moment in enumerate(moments):
+        if moment > 15 and set(seen) & step_lines():
+            break
+        signum = signal.SIGINT if k % 2 == 0 else signal.SIGTERM
         proc = popen(args)
         time.sleep(moment)
         proc.send_signal(signum)
         line = check_stopped(proc, signum, work, step_lines() | {RESUME, NOT_STARTED})
         seen.setdefault(line, []).append(moment)
-    assert NOT_STARTED in seen and f"{RESUME} from step teacher" in seen, seen   # imports and a step were both hit
+    assert NOT_STARTED in seen and set(seen) & step_lines(), seen   # imports and a step were both hit
     done = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr

@@ -23,20 +23,19 @@ from conftest import TOY_LABELS, toy_ner_sentences
 from test_bert_family import roberta_dir  # noqa: F401  (the tiny RoBERTa tokenizer fixture)
 from test_export import ENV, LOAD_AND_CALL
 from test_serving_offsets import fuzz_bytes
-from transformers import CamembertTokenizerFast, XLMRobertaTokenizerFast
+from transformers import AlbertTokenizerFast, CamembertTokenizerFast, XLMRobertaTokenizerFast
 
-from xtremedistil_tf.data.alignment import TagVocab, encode, word_pieces
-from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.data.alignment import TagVocab, encode
 from xtremedistil_tf.data.wordsplit import split_words
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export import portable
-from xtremedistil_tf.export.formats import export_portable
+from xtremedistil_tf.export.formats import export_portable, teacher_tokenizer
 from xtremedistil_tf.export.predictor import entities, load_serving_fn, predict
 from xtremedistil_tf.export.serving import export_student, valid_utf8
-from xtremedistil_tf.export.words import SentencePieces
+from xtremedistil_tf.export.words import PROBE_TEXTS, SentencePieces, grapheme_rules, training_pieces
 from xtremedistil_tf.methods.student_run import save_student
 from xtremedistil_tf.io import atomic_write_json
-from xtremedistil_tf.students.artifact import StudentMeta, check_servable, read_config
+from xtremedistil_tf.students.artifact import StudentMeta, check_servable, read_config, sentencepiece_model
 from xtremedistil_tf.students.models import build_bilstm_student
 from xtremedistil_tf.teachers.families import BYTE_LEVEL_BPE, UNIGRAM, tokenizer_family
 from xtremedistil_tf.teachers.model import load_tokenizer
@@ -46,18 +45,44 @@ MULTILINGUAL = ["Москва — столица России, Иван живё
                 "Ελλάδα και Αθήνα", "서울은 한국의 수도", "naïve café in Zürich", "😀 john 👍🏽 paris 🇫🇷"]
 
 
+def unigram_model(path, seed=1, **options):
+    """A SentencePiece Unigram model trained here on multilingual toy text, written to `path`; `options` go to the
+    trainer (e.g. normalization_rule_name, ids)."""
+    corpus = [" ".join(s.tokens) for s in toy_ner_sentences(200, seed=seed)] + MULTILINGUAL * 3
+    model = io.BytesIO()
+    settings = dict(unk_id=0, bos_id=1, eos_id=2, pad_id=-1, vocab_size=300)
+    settings.update(options)
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_writer=model, model_type="unigram",
+                                             character_coverage=1.0, hard_vocab_limit=False, minloglevel=2, **settings)
+    path.write_bytes(model.getvalue())
+    return path
+
+
 @pytest.fixture(scope="module")
 def xlmr_dir(tmp_path_factory):
     """A tiny XLM-R tokenizer: a SentencePiece Unigram model (nmt_nfkc, the default XLM-R has too) trained here."""
     directory = tmp_path_factory.mktemp("xlmr")
-    corpus = [" ".join(s.tokens) for s in toy_ner_sentences(200, seed=1)] + MULTILINGUAL * 3
-    model = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_writer=model, vocab_size=300,
-                                             model_type="unigram", character_coverage=1.0, hard_vocab_limit=False,
-                                             unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
-    (directory / "sentencepiece.bpe.model").write_bytes(model.getvalue())
+    unigram_model(directory / "sentencepiece.bpe.model")
     XLMRobertaTokenizerFast(vocab_file=str(directory / "sentencepiece.bpe.model")).save_pretrained(str(directory))
     return directory
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["albert", "xlnet_like"])
+def albert_dir(request, tmp_path_factory):
+    """A tiny ALBERT tokenizer over a SentencePiece model trained here: its fast tokenizer normalizes with NFKD,
+    accents stripped and (do_lower_case, ALBERT's default) lower case before the model's map; without lower case
+    its normalizer is XLNet's (NFKD, accents stripped)."""
+    directory = tmp_path_factory.mktemp("albert")
+    unigram_model(directory / "spiece.model", pad_id=0, unk_id=1, bos_id=2, eos_id=3,
+                  control_symbols=["[CLS]", "[SEP]", "[MASK]"])
+    AlbertTokenizerFast(vocab_file=str(directory / "spiece.model"),
+                        do_lower_case=request.param).save_pretrained(str(directory))
+    return directory
+
+
+def decoded_bytes(n, seed):
+    """`n` random byte strings (test_serving_offsets.fuzz_bytes) read as text, invalid UTF-8 replaced by U+FFFD."""
+    return [b.decode("utf-8", errors="replace") for b in fuzz_bytes(n, seed)]
 
 
 def fuzz_texts(n=1500, seed=43):
@@ -67,7 +92,7 @@ def fuzz_texts(n=1500, seed=43):
     pools = ["john mary paris berlin", "Москва Иван столица", "東京北京日本首都", "محمد القاهرة بالعالم",
              "नमस्ते दिल्ली राम", "ΑθήναΕλλάδα", "서울한국", "😀👍🏽🇫🇷❤️", ".,;:!?'\"()-—…"]
     marks = ["\u0301", "\u0300", "\u0302", "\u0323", "\u0308", "\u064e", "\u093c", "\ufe0f"]
-    texts = [b.decode("utf-8", errors="replace") for b in fuzz_bytes(800, seed)]
+    texts = decoded_bytes(800, seed)
     for _ in range(n):
         words = []
         for _ in range(rng.randrange(12)):
@@ -89,13 +114,6 @@ def fuzz_texts(n=1500, seed=43):
     return texts + MULTILINGUAL + ["Vie\u0323\u0302t Nam", "\ufffd\u0301 a\u00a8\u0301b"]
 
 
-def training_pieces(tokenizer, texts):
-    """Per text, the ids of each word's pieces as the student trained on them: the served word split
-    (data/wordsplit.py), each word encoded alone by the teacher's tokenizer (data/alignment.word_pieces)."""
-    sentences = [Sentence([text[a:b] for a, b in offsets]) for text, offsets in zip(texts, split_words(texts))]
-    return word_pieces(tokenizer, sentences)
-
-
 def test_in_graph_sentencepiece_pieces_equal_the_tokenizers_pieces(xlmr_dir):
     tokenizer = load_tokenizer(str(xlmr_dir))
     assert tokenizer_family(tokenizer) == UNIGRAM and tokenizer.cls_token_id == 0 and tokenizer.unk_token_id == 3
@@ -105,6 +123,7 @@ def test_in_graph_sentencepiece_pieces_equal_the_tokenizers_pieces(xlmr_dir):
     expected = training_pieces(tokenizer, texts)
     assert pieces == expected
     assert sum(map(len, expected)) > 10000
+    assert served.differences(tokenizer) == []   # bin/export's probe (SentencePieces.check) lets XLM-R through
     # Not vacuous: unknown pieces, several pieces to a word, and the ids are the tokenizer's (fairseq's, shifted).
     flat = [p for text in expected for word in text for p in word]
     assert flat.count(tokenizer.unk_token_id) > 100 and max(len(w) for text in expected for w in text) > 4
@@ -132,6 +151,7 @@ def test_camembert_pieces_and_special_ids_are_its_own(xlmr_dir):
     texts = fuzz_texts(400, seed=44)
     pieces = tf.function(lambda t: served.tokenize(valid_utf8(t))[0])(tf.constant(texts)).to_list()
     assert pieces == training_pieces(tokenizer, texts)
+    assert served.differences(tokenizer) == []
 
 
 def test_saved_model_refuses_a_tokenizer_without_a_sentencepiece_model(xlmr_dir, tmp_path):
@@ -143,6 +163,84 @@ def test_saved_model_refuses_a_tokenizer_without_a_sentencepiece_model(xlmr_dir,
         export_student(student, tmp_path / "export")
     assert not (tmp_path / "export").exists()
     check_servable(read_config(student), student, "onnx")
+
+
+def test_saved_model_refuses_a_sentencepiece_family_whose_normalizer_the_graph_does_not_give(albert_dir, tmp_path):
+    """ALBERT's fast tokenizer normalizes (NFKD, accents stripped, lower case; XLNet's without lower case) before the
+    model's map, which the in-graph SentencepieceTokenizer does not: the SavedModel export is refused in one line
+    naming the tokenizer, its normalizer and the ONNX/TFLite path; predict.py of those gives the training pieces."""
+    tokenizer = load_tokenizer(str(albert_dir))
+    assert tokenizer_family(tokenizer) == UNIGRAM
+    # Not vacuous: the graph's pieces differ from the tokenizer's on the probe texts.
+    served = SentencePieces.of_tokenizer(tokenizer, albert_dir / "spiece.model")
+    assert len(served.differences(tokenizer)) > 3
+    student = student_files(tmp_path / "student", albert_dir, UNIGRAM)
+    with pytest.raises(ConfigError) as refused:
+        export_student(student, tmp_path / "export")
+    message = str(refused.value)
+    steps = "NFKD+StripAccents+Lowercase" if tokenizer.do_lower_case else "NFKD+StripAccents+Precompiled"
+    assert "\n" not in message and f"reads the pieces of AlbertTokenizerFast (normalizer Replace+{steps}" in message
+    assert message.endswith("export it with --format=onnx or --format=tflite, whose predict.py runs the tokenizer's "
+                            "own normalizer (docs/serving.md)")
+    assert not (tmp_path / "export").exists()
+    check_servable(read_config(student), student, "onnx")
+    check_servable(read_config(student), student, "tflite")
+    assert_predict_py_pieces_are_the_training_pieces(student, tmp_path / "onnx", PROBE_TEXTS + tuple(fuzz_texts(50)))
+
+
+def test_grapheme_rules_of_a_model_without_a_character_map(tmp_path):
+    """A SentencePiece model without precompiled_charsmap (normalization_rule_name=identity), and a tokenizer without a
+    normalizer: no grapheme rules (no StopIteration, no AttributeError), and the graph gives the tokenizer's pieces."""
+    assert grapheme_rules(None) == {} and grapheme_rules(lambda text: text) == {}
+    model = unigram_model(tmp_path / "sentencepiece.bpe.model", normalization_rule_name="identity")
+    tokenizer = XLMRobertaTokenizerFast(vocab_file=str(model))
+    texts = fuzz_texts(100, seed=45)
+    for normalizer in (tokenizer.backend_tokenizer.normalizer, None):
+        tokenizer.backend_tokenizer.normalizer = normalizer
+        served = SentencePieces.of_tokenizer(tokenizer, model)
+        pieces = tf.function(lambda t: served.tokenize(valid_utf8(t))[0])(tf.constant(texts)).to_list()
+        assert pieces == training_pieces(tokenizer, texts)
+        assert served.differences(tokenizer) == []
+
+
+def test_the_sentencepiece_model_is_the_one_the_tokenizer_names(xlmr_dir, tmp_path):
+    """Several .model files: the tokenizer's own (vocab_files_names) is served; if it is missing, one line names it and
+    the files there. A model whose pieces are not in the tokenizer's vocabulary is refused, not mapped to <unk>."""
+    student = student_files(tmp_path / "student", xlmr_dir, UNIGRAM)
+    other = unigram_model(student / "tokenizer" / "other.model", user_defined_symbols=["Zürich", "東京"])
+    tokenizer = load_tokenizer(str(student / "tokenizer"))
+    assert sentencepiece_model(student, tokenizer) == student / "tokenizer" / "sentencepiece.bpe.model"
+    (student / "tokenizer" / "sentencepiece.bpe.model").unlink()
+    with pytest.raises(ConfigError, match=r"has no sentencepiece\.bpe\.model, the SentencePiece model its "
+                                          r"XLMRobertaTokenizerFast reads \(it has other\.model\)"):
+        export_student(student, tmp_path / "export")
+    assert not (tmp_path / "export").exists()
+    with pytest.raises(ConfigError, match=r"other\.model: 2 of its pieces are not in the tokenizer's vocabulary "
+                                          r"\(e\.g\. \['Zürich', '東京'\]\)"):
+        SentencePieces.of_tokenizer(tokenizer, other)
+
+
+def assert_predict_py_pieces_are_the_training_pieces(student_dir, directory, texts):
+    """predict.py's tokenization (portable.Tokenization, which portable.load's Predictor runs) over the files an
+    ONNX/TFLite export of `student_dir` ships (formats.teacher_tokenizer): each word's pieces are the training pieces,
+    each word's first piece is where its pieces begin, and the words are data/wordsplit.split_words'."""
+    directory.mkdir()
+    tokenization = portable.Tokenization(directory, teacher_tokenizer(student_dir, directory))
+    tokenizer = load_tokenizer(str(student_dir / "tokenizer"))
+    texts = list(texts)
+    got = tokenization.pieces(texts)
+    for (ids, words), expected, offsets in zip(got, training_pieces(tokenizer, texts), split_words(texts)):
+        assert ids == [p for word in expected for p in word]
+        firsts = np.cumsum([0] + [len(word) for word in expected])[:-1].tolist()
+        assert words == [(first, start, end) for first, (start, end) in zip(firsts, offsets)]
+    assert sum(len(words) for _, words in got) > 1000
+
+
+@pytest.mark.parametrize("family", [UNIGRAM, BYTE_LEVEL_BPE])
+def test_predict_py_pieces_are_the_training_pieces(xlmr_dir, roberta_dir, tmp_path, family):  # noqa: F811
+    """XLM-R and RoBERTa students' predict.py on the in-graph test's fuzz texts."""
+    student = student_files(tmp_path / "student", xlmr_dir if family == UNIGRAM else roberta_dir, family)
+    assert_predict_py_pieces_are_the_training_pieces(student, tmp_path / "export", fuzz_texts())
 
 
 def trained_student(tokenizer, directory, seed=0):
@@ -160,12 +258,19 @@ def trained_student(tokenizer, directory, seed=0):
 
 
 def served_texts():
-    """A few hundred texts: toy sentences (entities), several scripts, emoji, random bytes, one of 5,000 characters."""
+    """A few hundred texts: toy sentences (entities), several scripts, emoji, random bytes (invalid UTF-8 replaced),
+    one of 5,000 characters."""
     rng = random.Random(7)
     toy = [" ".join(s.tokens) for s in toy_ner_sentences(200, seed=9)]
     mixed = [f"{a} {rng.choice(MULTILINGUAL)} {b}" for a, b in zip(toy[:100], toy[100:])]
     long = " ".join(rng.choice(toy + MULTILINGUAL) for _ in range(400))[:5000]
-    return toy + mixed + MULTILINGUAL + fuzz_texts(40, seed=5)[-50:] + [long]
+    return toy + mixed + MULTILINGUAL + fuzz_texts(40, seed=5)[-50:] + decoded_bytes(40, seed=5) + [long]
+
+
+def test_served_texts_hold_random_bytes():
+    texts = served_texts()
+    assert sum("\ufffd" in text for text in texts) >= 20
+    assert sum(any(ord(c) < 0x20 and c not in "\t\n" for c in text) for text in texts) >= 20
 
 
 def portable_export(student_dir, directory, fmt, texts):

@@ -132,12 +132,12 @@ class _TfliteRunner:
         return {name: value[:, :width] for name, value in outputs.items()}
 
 
-class Predictor:
-    """An export directory: model file, tokenizer.json, export.json."""
+class Tokenization:
+    """The pieces predict.py gives text: an export directory's tokenizer.json (and words.json) as export.json's `meta`
+    names them."""
 
-    def __init__(self, directory, threads: Optional[int] = None):
+    def __init__(self, directory, meta: dict):
         directory = Path(directory)
-        self.meta = meta = json.loads((directory / "export.json").read_text(encoding="utf-8"))
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
@@ -156,16 +156,6 @@ class Predictor:
             special = meta.get("special_ids") or {k: vocab[p] for k, p in (("cls", "[CLS]"), ("sep", "[SEP]"),
                                                                             ("pad", "[PAD]"))}
             self.cls, self.sep, self.pad = (special[k] for k in ("cls", "sep", "pad"))
-        # Pieces per window without [CLS]/[SEP]; None: each text is one window, whatever its length.
-        self.budget = meta["window"] - 2 if meta["window"] else None
-        self.transitions = np.array(meta["transitions"], np.float32) if meta["transitions"] else None
-        path = directory / meta["model"]
-        if meta["format"] == "onnx":
-            self.run = _OnnxRunner(path, threads)
-        elif meta["format"] == "tflite":
-            self.run = _TfliteRunner(path, meta["lengths"], threads)
-        else:
-            raise ValueError(f"{directory}/export.json: unknown format {meta['format']!r}")
 
     def pieces(self, texts: Sequence[str]) -> List[tuple]:
         """Per text: its piece ids and its words, (first piece, start char, end char) each."""
@@ -186,6 +176,25 @@ class Predictor:
                 ids.extend(pieces or [self.unk])  # a word of no pieces is one unknown, as in training
             found.append((ids, spans))
         return found
+
+
+class Predictor(Tokenization):
+    """An export directory: model file, tokenizer.json, export.json."""
+
+    def __init__(self, directory, threads: Optional[int] = None):
+        directory = Path(directory)
+        self.meta = meta = json.loads((directory / "export.json").read_text(encoding="utf-8"))
+        super().__init__(directory, meta)
+        # Pieces per window without [CLS]/[SEP]; None: each text is one window, whatever its length.
+        self.budget = meta["window"] - 2 if meta["window"] else None
+        self.transitions = np.array(meta["transitions"], np.float32) if meta["transitions"] else None
+        path = directory / meta["model"]
+        if meta["format"] == "onnx":
+            self.run = _OnnxRunner(path, threads)
+        elif meta["format"] == "tflite":
+            self.run = _TfliteRunner(path, meta["lengths"], threads)
+        else:
+            raise ValueError(f"{directory}/export.json: unknown format {meta['format']!r}")
 
     def windows(self, texts: Sequence[str]):
         """(input_ids [C, L] int32, attention_mask [C, L] int32, per text: (pieces, words, first window))."""

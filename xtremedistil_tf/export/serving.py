@@ -274,17 +274,21 @@ class NerServing(tf.Module):
         an export in `fmt` cannot make is refused (students.artifact.check_servable). For a saved_model, a
         SentencePiece Unigram student gets its in-graph tokenizer (export.words.SentencePieces); other families'
         ONNX/TFLite exports tokenize in predict.py, and their module has no tokenizer."""
-        check_servable(read_config(student_dir), student_dir, fmt)
-        model, config, vocab = load_student_dir(student_dir)
+        config = read_config(student_dir)
+        check_servable(config, student_dir, fmt)
         if config.tokenizer_family != WORDPIECE:
             if prune_corpus:
                 raise ConfigError(f"--prune_vocab prunes WordPiece vocabularies; {student_dir} reads the pieces of a "
                                   f"{config.tokenizer_family} tokenizer")
             tokenizer = None
             if fmt == "saved_model" and config.tokenizer_family == UNIGRAM:
-                tokenizer = SentencePieces.of_tokenizer(load_tokenizer(str(Path(student_dir) / "tokenizer")),
-                                                        sentencepiece_model(student_dir))
+                # Before the model is read: a tokenizer whose pieces the graph does not give is refused (words.py).
+                teacher = load_tokenizer(str(Path(student_dir) / "tokenizer"))
+                tokenizer = SentencePieces.of_tokenizer(teacher, sentencepiece_model(student_dir, teacher))
+                tokenizer.check(teacher, student_dir)
+            model = load_student_dir(student_dir)[0]
             return cls(model, config, None, None, xla_lengths, unroll, bfloat16, decode, tokenizer=tokenizer)
+        model, config, vocab = load_student_dir(student_dir)
         keep_ids = None
         if prune_corpus:
             counts = piece_counts(corpus_texts(prune_corpus), vocab, config.lower_case)

@@ -6,7 +6,9 @@ private-use and unassigned characters, NUL and U+FFFD are removed (and, with low
 combining marks that stripping accents removes), whitespace separates words, each punctuation and
 CJK character is a word of its own. `compute_char_classes` reads those sets from the installed
 `tokenizers` itself (so the graph follows the tokenizer, not a copy of its rules) as RE2 character
-classes; `WordPieces` splits text with them in the graph (export.serving; docs/serving.md, Offsets).
+classes; `WordSplit` splits text into words with them in the graph, and its subclasses give each word's pieces:
+`WordPieces` (WordPiece students) and `SentencePieces` (students of SentencePiece Unigram teachers whose normalizer
+is the model's own: XLM-R, CamemBERT) (export.serving; docs/serving.md, Offsets).
 
 Reading them takes seconds (every code point goes through the normalizer), so they are stored in
 bert_chars.json (`python -m xtremedistil_tf.export.words` writes it) and
@@ -19,7 +21,7 @@ import json
 import sys
 import unicodedata
 from pathlib import Path
-from typing import Dict, Iterable, Sequence
+from typing import Dict, Iterable, List, Sequence, Tuple
 
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -29,6 +31,10 @@ from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops
 from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
+from xtremedistil_tf.data.alignment import word_pieces
+from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.data.wordsplit import split_words
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.students.artifact import special_pieces
 
 # The characters tested: every code point but the surrogates (not valid in UTF-8).
@@ -36,8 +42,11 @@ _CODE_POINTS = [c for c in range(sys.maxunicode + 1) if not 0xD800 <= c < 0xE000
 
 
 def _re2_class(code_points: Iterable[int]) -> str:
-    """A RE2 character class of the code points, as ranges."""
+    """A RE2 character class of the code points, as ranges (of none: a class that matches nothing; RE2 reads "[]" as
+    an error)."""
     ranges, points = [], sorted(code_points)
+    if not points:
+        return "[^\\x{0}-\\x{10ffff}]"
     for point in points:
         if ranges and ranges[-1][1] == point - 1:
             ranges[-1][1] = point
@@ -233,14 +242,19 @@ def grapheme_rules(normalize) -> Dict[str, str]:
     goes before each character that continues a grapheme, so that SentencePiece composes nothing, and "whole" takes
     it out of a two-character key that is a whole grapheme under 6 bytes. Keys and extenders are read from
     `normalize` itself: a key is what swallows a following combining mark; two-character keys are found among the
-    Unicode decompositions.
+    Unicode decompositions. No rules ({}) where `normalize` is None or has no key (a model without a character map,
+    normalization_rule_name=identity); only "short" where the map removes no control character to separate with.
     Graphemes are told by the characters that continue one (marks, ZWNJ/ZWJ, emoji modifiers, Hangul vowels and
     finals), not by every rule of Unicode's segmentation: tests/test_sentencepiece_export.py holds the fuzz set on
     which the served pieces equal `tokenizers`'."""
+    if normalize is None:   # the tokenizer normalizes nothing (backend_tokenizer.normalizer is None)
+        return {}
     first, second = _PROBE_MARKS
     bmp = [c for c in _CODE_POINTS if 0x80 <= c < 0x10000]
     keys = [c for c in bmp if normalize(chr(c) + first) == normalize(chr(c)) != chr(c) + first]
-    probe = next(chr(c) for c in keys if len(chr(c).encode()) == 2)
+    probe = next((chr(c) for c in keys if len(chr(c).encode()) == 2), None)
+    if probe is None:   # no character map (normalization_rule_name=identity): nothing is read a grapheme at a time
+        return {}
     attach = {c for c in bmp if normalize(probe + chr(c)) == normalize(probe) and normalize(chr(c)) != ""}
     two = {c for c in attach if c < 0x800}
     extender = _re2_class(attach | _extenders())
@@ -264,7 +278,6 @@ def grapheme_rules(normalize) -> Dict[str, str]:
     whole = sorted(p for p in candidates if len(p) == 2 and len(p.encode()) < _GRAPHEME_BYTES
                    and ord(p[0]) not in single and ord(p[1]) in attach
                    and normalize(p) != normalize(p[0]) + normalize(p[1]))
-    separator = next(chr(c) for c in range(1, 0x20) if normalize(f"a{chr(c)}b") == "ab")
 
     extending_chars = attach | _extenders()
 
@@ -281,8 +294,13 @@ def grapheme_rules(normalize) -> Dict[str, str]:
     key2, key3 = [c for c in keys if c < 0x800], [c for c in keys if c >= 0x800]
     short_pairs = [p for p in pairs if len(p.encode()) + 2 < _GRAPHEME_BYTES]
     end = f"([^{extender[1:-1]}]|$)"
-    return {"short": f"(?:({key_class(key2)}){_re2_class(attach)}|({key_class(key3)}){_re2_class(two)}|"
-                     f"({alternatives(short_pairs)}){_re2_class(two)}){end}",
+    short = (f"(?:({key_class(key2)}){_re2_class(attach)}|({key_class(key3)}){_re2_class(two)}|"
+             f"({alternatives(short_pairs)}){_re2_class(two)}){end}")
+    separator = next((chr(c) for c in range(1, 0x20) if normalize(f"a{chr(c)}b") == "ab"), None)
+    if separator is None:   # no control character the map removes: only "short" (the export's probe checks the rest)
+        return {"short": short}
+
+    return {"short": short,
             "separator": separator,
             "apart": f"({_re2_class(attach | _extenders() | jamo)})",
             "whole": f"({alternatives([p[0] for p in whole])})\\x{{{ord(separator):x}}}"
@@ -294,9 +312,23 @@ def grapheme_rules(normalize) -> Dict[str, str]:
 
 GRAPHEME_REPLACEMENT = r"\1\2\3\4"
 
+# Texts on which `SentencePieces.check` compares the in-graph pieces with the training tokenizer's at export: mixed
+# case, accents composed and decomposed, several scripts, full-width and compatibility characters, emoji with
+# modifiers and joiners, the quotes some converters rewrite (ALBERT's and XLNet's `` and '').
+PROBE_TEXTS = (
+    "John Smith met MARY in Paris, then McDonald's; iPhone IBM NASA",
+    "Café naïve Zürich Ångström Œuvre façade São Paulo Kraków Ærø",
+    "Cafe\u0301 nai\u0308ve Vie\u0323\u0302t Nam Hà Nội Sài Gòn",
+    "Москва Иван ПЁТР Ελλάδα ΑΘΗΝΑ Αθήνα ὈΔΥΣΣΕΎΣ İstanbul straße STRASSE",
+    "東京は日本の首都です。北京也是首都。 서울은 한국의 수도 ｶﾀｶﾅ ＡＢＣ１２３ ①②",
+    "مرحبا بالعالم، مُحَمَّد في القاهرة नमस्ते दुनिया, राम दिल्ली में ไทย",
+    "😀 john 👍🏽 paris 🇫🇷 👨‍👩‍👧 ❤️ ﬁne ½ ™ ``quoted'' “curly” — …",
+)
+
 
 class SentencePieces(WordSplit):
-    """The served tokenizer of a student of a SentencePiece Unigram teacher (XLM-R, CamemBERT): `WordSplit`'s words
+    """The served tokenizer of a student of a SentencePiece Unigram teacher whose fast tokenizer normalizes as its model
+    does (XLM-R, CamemBERT; `check` refuses others, e.g. ALBERT's, XLNet's, DeBERTa-v2's): `WordSplit`'s words
     (as they are in the text) -> the ids of each word's pieces, by tensorflow-text's SentencepieceTokenizer on the
     teacher's SentencePiece model, as the teacher's fast tokenizer gives them for the word alone
     (`is_split_into_words`, data/alignment.word_pieces): "▁" before each word, the model's normalizer
@@ -317,16 +349,57 @@ class SentencePieces(WordSplit):
     @classmethod
     def of_tokenizer(cls, tokenizer, model_file) -> "SentencePieces":
         """The served tokenizer of a transformers fast tokenizer of a SentencePiece Unigram model (`model_file`,
-        the model it was made from: sentencepiece.bpe.model for XLM-R and CamemBERT)."""
+        the model it was made from: sentencepiece.bpe.model for XLM-R and CamemBERT). A ConfigError in one line when
+        a piece the model can output (not a control piece) is not in the tokenizer's vocabulary. `check` tells
+        refuses a tokenizer whose pieces the graph does not give."""
+        import sentencepiece  # noqa: PLC0415  (the model's piece types; only an export of such a student needs it)
+
         model = Path(model_file).read_bytes()
-        size = int(tf_text.SentencepieceTokenizer(model=model).vocab_size())
-        pieces = tf_text.SentencepieceTokenizer(model=model).id_to_string(tf.range(size)).numpy()
+        processor = sentencepiece.SentencePieceProcessor(model_proto=model)
         vocab = tokenizer.get_vocab()
         unk = tokenizer.unk_token_id
-        # The model's control pieces (<unk>, <s>, </s>) are never output but as unknowns.
-        piece_ids = [vocab.get(piece.decode("utf-8"), unk) for piece in pieces]
+        # The model's control pieces (<s>, </s>) are never output, and its unknown piece is the tokenizer's unknown.
+        pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+        output = [i for i in range(len(pieces)) if not (processor.is_control(i) or processor.is_unknown(i))]
+        missing = [pieces[i] for i in output if pieces[i] not in vocab]
+        if missing:
+            raise ConfigError(f"{model_file}: {len(missing)} of its pieces are not in the tokenizer's vocabulary "
+                              f"(e.g. {missing[:5]}), so its ids cannot be the tokenizer's: save the tokenizer and its "
+                              "SentencePiece model together (tokenizer.save_pretrained) or export with --format=onnx")
+        piece_ids = [vocab.get(piece, unk) for piece in pieces]
+        normalizer = tokenizer.backend_tokenizer.normalizer
         return cls(model, piece_ids, unk, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
-                   grapheme_rules(tokenizer.backend_tokenizer.normalizer.normalize_str))
+                   grapheme_rules(normalizer.normalize_str if normalizer is not None else None))
+
+    def differences(self, tokenizer, texts: Sequence[str] = PROBE_TEXTS) -> List[Tuple[str, List[str], List[str]]]:
+        """(word, the tokenizer's pieces, the served pieces) of each word of `texts` where the pieces this graph gives
+        differ from those the student was trained on (`tokenizer` on the served word split: data/wordsplit.split_words,
+        data/alignment.word_pieces); none for a tokenizer whose normalizer is the model's own (XLM-R, CamemBERT)."""
+        texts = list(texts)
+        served = tf.function(lambda t: self.tokenize(t)[0])(tf.constant(texts)).to_list()
+        found = []
+        for text, offsets, trained, mine in zip(texts, split_words(texts), training_pieces(tokenizer, texts), served):
+            for (start, end), expected, got in zip(offsets, trained, mine):
+                if expected != got:
+                    found.append((text[start:end], tokenizer.convert_ids_to_tokens(expected),
+                                  tokenizer.convert_ids_to_tokens(got)))
+            if len(mine) != len(trained):
+                found.append((text, [], []))
+        return found
+
+    def check(self, tokenizer, student_dir) -> None:
+        """Refuse, in one line, a tokenizer whose pieces this graph does not give on PROBE_TEXTS (`differences`):
+        a SentencePiece Unigram family whose fast tokenizer normalizes otherwise than its model (ALBERT's NFKD, accents
+        stripped and lower case; XLNet's NFKD and accents; DeBERTa-v2's lower case)."""
+        found = self.differences(tokenizer)
+        if found:
+            word, expected, got = found[0]
+            raise ConfigError(
+                f"{student_dir} reads the pieces of {type(tokenizer).__name__} (normalizer {normalizer_name(tokenizer)})"
+                f", which the in-graph SentencePiece tokenizer does not give ({len(found)} of the probe words differ, "
+                f"e.g. {word!r}: {expected} trained, {got} in the graph; only a normalizer that is the model's own, as "
+                "XLM-R's and CamemBERT's, is served in a SavedModel): export it with --format=onnx or --format=tflite, "
+                "whose predict.py runs the tokenizer's own normalizer (docs/serving.md)")
 
     def piece_input(self, text, words, start, end):
         """The words [W] as they are in the text (a NUL too, which SentencePiece reads)."""
@@ -338,14 +411,35 @@ class SentencePieces(WordSplit):
         """Piece ids [W, (P)] int32 of words [W], at least one per word."""
         rules = self._graphemes
         # Twice: a match reads the character after its grapheme, which may begin the next one.
-        for _ in range(2):
+        for _ in range(2 if "short" in rules else 0):
             words = tf.strings.regex_replace(words, rules["short"], GRAPHEME_REPLACEMENT)
-        words = tf.strings.regex_replace(words, rules["apart"], rules["separator"] + r"\1")
-        for _ in range(2):
-            words = tf.strings.regex_replace(words, rules["whole"], r"\1\2\3")
+        if "separator" in rules:
+            words = tf.strings.regex_replace(words, rules["apart"], rules["separator"] + r"\1")
+            for _ in range(2):
+                words = tf.strings.regex_replace(words, rules["whole"], r"\1\2\3")
         pieces = self.sentencepiece.tokenize(words)
         pieces = pieces.with_flat_values(tf.gather(self._piece_ids, pieces.flat_values))
         return at_least_one(pieces, self._unk)
+
+
+def training_pieces(tokenizer, texts: Sequence[str]) -> List[List[List[int]]]:
+    """Per text, the ids of each word's pieces as a student of `tokenizer` trained on them: the served word split
+    (data/wordsplit.split_words), each word encoded alone (data/alignment.word_pieces)."""
+    sentences = [Sentence([text[a:b] for a, b in offsets]) for text, offsets in zip(texts, split_words(texts))]
+    return word_pieces(tokenizer, sentences)
+
+
+def normalizer_name(tokenizer) -> str:
+    """The fast tokenizer's normalizer as the names of its steps, e.g. "Replace+NFKD+StripAccents+Lowercase"."""
+    normalizer = json.loads(tokenizer.backend_tokenizer.to_str()).get("normalizer")
+    if not normalizer:
+        return "none"
+    steps = normalizer.get("normalizers", [normalizer]) if normalizer["type"] == "Sequence" else [normalizer]
+    names = []
+    for step in steps:
+        if not names or names[-1] != step["type"]:
+            names.append(step["type"])
+    return "+".join(names)
 
 
 if __name__ == "__main__":

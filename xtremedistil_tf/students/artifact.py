@@ -112,16 +112,25 @@ def read_vocab(path) -> List[str]:
     return pieces
 
 
-def sentencepiece_model(student_dir) -> Optional[Path]:
-    """The SentencePiece model (*.model: sentencepiece.bpe.model for XLM-R and CamemBERT) in
-    student_dir/tokenizer/, which a transformers tokenizer saves when it was made from one; None if there is none."""
-    found = sorted((Path(student_dir) / "tokenizer").glob("*.model"))
-    return found[0] if len(found) == 1 else None
+def sentencepiece_model(student_dir, tokenizer) -> Path:
+    """The SentencePiece model in student_dir/tokenizer/ that `tokenizer` (a transformers tokenizer, which saves it
+    when it was made from one) reads: its vocab_files_names' "vocab_file" (sentencepiece.bpe.model for XLM-R and
+    CamemBERT, spiece.model for ALBERT, XLNet and DeBERTa-v2); a ConfigError in one line if it is not there."""
+    directory = Path(student_dir) / "tokenizer"
+    name = getattr(tokenizer, "vocab_files_names", {}).get("vocab_file")
+    if name and (directory / name).is_file():
+        return directory / name
+    present = sorted(p.name for p in directory.glob("*.model"))
+    raise ConfigError(f"{directory} has no {name or 'SentencePiece model'}, the SentencePiece model its "
+                      f"{type(tokenizer).__name__} reads (it has {', '.join(present) or 'no .model file'}): save the "
+                      "tokenizer with its model (tokenizer.save_pretrained), or export with --format=onnx or "
+                      "--format=tflite, whose predict.py reads tokenizer.json")
 
 
 def check_servable(config: StudentMeta, student_dir, fmt: str = "saved_model") -> None:
     """Refuse, in one line, a student whose pieces an export in `fmt` cannot make from raw text: a SavedModel
-    tokenizes in the graph (WordPiece, or SentencePiece Unigram with the teacher's .model file); ONNX and TFLite
+    tokenizes in the graph (WordPiece, or SentencePiece Unigram with the teacher's .model file, when the graph gives
+    the tokenizer's pieces: export.words.SentencePieces.check, after this check); ONNX and TFLite
     exports tokenize in their predict.py with the `tokenizers` library (any family with a tokenizer.json)."""
     family = config.tokenizer_family
     if family == WORDPIECE:
@@ -136,9 +145,11 @@ def check_servable(config: StudentMeta, student_dir, fmt: str = "saved_model") -
                           f"and byte-level BPE students whose tokenizer.json its predict.py reads; run bin/predict "
                           f"--model={student_dir} (docs/serving.md)")
     if family == UNIGRAM:
-        if sentencepiece_model(student_dir) is None:
+        # Which .model file the tokenizer reads, and whether the graph gives its pieces, is checked when the
+        # tokenizer is read (sentencepiece_model, export.words.SentencePieces.check).
+        if not any((Path(student_dir) / "tokenizer").glob("*.model")):
             raise ConfigError(f"{student_dir} reads the pieces of a {family} tokenizer, and its tokenizer/ has no "
-                              "SentencePiece .model file (one, e.g. sentencepiece.bpe.model), which the in-graph "
+                              "SentencePiece .model file (e.g. sentencepiece.bpe.model), which the in-graph "
                               f"SentencePiece tokenizer runs: {python}")
         return
     if family == BYTE_LEVEL_BPE:

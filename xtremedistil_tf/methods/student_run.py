@@ -6,7 +6,8 @@ Saved student layout (what `bin/export`, `bin/evaluate` and `load_student` read)
                       (`xtremedistil_tf.students.artifact.StudentMeta`)
     dir/tokenizer/    the teacher's tokenizer (`save_pretrained`, any family): the student reads the same pieces
     dir/vocab.txt     its WordPiece vocabulary, for the in-graph tokenizer of the served model (WordPiece
-                      teachers only: bin/export serves no other family, teachers/families.py)
+                      teachers only; a SentencePiece student's SavedModel reads tokenizer/'s .model file, and ONNX/TFLite
+                      exports of other families the teacher's tokenizer.json: docs/serving.md)
 """
 from __future__ import annotations
 

@@ -367,3 +367,16 @@ def test_roberta_student_portable_predict_gives_the_student_dirs_entities(robert
     assert json.loads((exported.directory / "export.json").read_text())["special_ids"] == \
         {"cls": 0, "sep": 2, "pad": 1, "unk": 3}
     _assert_same_entities(portable.load(exported.directory).predict(texts), expected)
+
+
+@pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)
+def test_albert_student_onnx_predict_gives_the_student_dirs_entities(albert_dir, tmp_path):
+    """The SavedModel of an ALBERT-style student is refused (above); its ONNX export serves it, entities equal to the
+    student directory's."""
+    student_dir = trained_student(load_tokenizer(str(albert_dir)), tmp_path / "student")
+    with pytest.raises(ConfigError, match="export it with --format=onnx or --format=tflite"):
+        export_student(student_dir, tmp_path / "saved_model")
+    exported, texts = portable_export(student_dir, tmp_path, "onnx", served_texts())
+    expected = predict(load_serving_fn(student_dir), texts)
+    assert sum(len(r["entities"]) for r in expected) > 150, "the toy student finds entities: the test is not vacuous"
+    _assert_same_entities(portable.load(exported.directory).predict(texts), expected)

@@ -20,14 +20,21 @@ $(STAMP): requirements.txt setup.py
 
 install: $(STAMP)
 
-# The demo: train (teacher, student), export the student for TF Serving, score the export on the raw text
-# of the held-out tweets and show three it serves right and one it serves wrong (gold beside served), then
-# the run's summary, report.md (with probe sentences, teacher beside student) and how to serve the export.
+# The demo (configs/demo.flags says what it trains on and why): train the teacher and the student, export the
+# student for TF Serving, score the export on the raw text of the held-out tweets and show three it serves right and
+# one it serves wrong (gold beside served), time the exported student against its teacher (TensorFlow and ONNX
+# Runtime int8, batch 1 and 32, one thread each: a few seconds), then the run's one summary (scores, ratios, sizes,
+# speed, report.md with its probe sentences, how to serve the export). DEMO_DIR and DEMO_FLAGS (more bin/train flags)
+# are for a quick check of the same steps (tests/test_demo.py).
+DEMO_DIR ?= runs/demo
+DEMO_FLAGS ?=
 demo: $(STAMP)
-	$(PY) bin/train --flagfile=configs/demo.flags
-	$(PY) bin/export --work_dir=runs/demo --version=1 --overwrite
-	$(PY) bin/evaluate --model=runs/demo/export/ner --data_format=demo --seed=42 --examples=3
-	$(PY) bin/report --work_dir=runs/demo --summary
+	$(PY) bin/train --flagfile=configs/demo.flags --work_dir=$(DEMO_DIR) --nosummary $(DEMO_FLAGS)
+	$(PY) bin/export --work_dir=$(DEMO_DIR) --version=1 --overwrite
+	$(PY) bin/evaluate --model=$(DEMO_DIR)/export/ner --data_format=demo --seed=42 --examples=3
+	@echo "timing the exported student against its teacher (bin/benchmark deployed, a few seconds) ..."
+	$(PY) bin/benchmark deployed --work_dir=$(DEMO_DIR) --latency_threads=1 --queries=256 > $(DEMO_DIR)/deployed.txt
+	$(PY) bin/report --work_dir=$(DEMO_DIR) --summary
 
 # Lint first (ruff.toml says what is checked). Two workers, each file on one worker (its module fixtures are built
 # once): the suite's time is mostly single-threaded graph tracing, so two processes halve it on 2 cores (687 tests:
@@ -56,7 +63,8 @@ CI_SLOW_TESTS := tests/test_resume.py tests/test_formats_benchmark.py::test_form
 	tests/test_classification.py tests/test_bert_family.py tests/test_strategies.py tests/test_export.py \
 	tests/test_export_formats.py tests/test_teacher.py tests/test_cache_workers.py tests/test_onnx_bilstm.py \
 	tests/test_precision.py tests/test_latency_benchmark.py tests/test_serving_offsets.py tests/test_students.py \
-	tests/test_transfer_text.py tests/test_deployed_benchmark.py tests/test_transfer_text_source.py
+	tests/test_transfer_text.py tests/test_deployed_benchmark.py tests/test_transfer_text_source.py \
+	tests/test_mpnet.py tests/test_sentencepiece_export.py tests/test_demo.py
 
 test-slow-ci: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m slow -q -n 2 --dist loadfile $(CI_SLOW_TESTS)

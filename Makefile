@@ -64,7 +64,8 @@ CI_SLOW_TESTS := tests/test_resume.py tests/test_formats_benchmark.py::test_form
 	tests/test_export_formats.py tests/test_teacher.py tests/test_cache_workers.py tests/test_onnx_bilstm.py \
 	tests/test_precision.py tests/test_latency_benchmark.py tests/test_serving_offsets.py tests/test_students.py \
 	tests/test_transfer_text.py tests/test_deployed_benchmark.py tests/test_transfer_text_source.py \
-	tests/test_mpnet.py tests/test_sentencepiece_export.py tests/test_demo.py
+	tests/test_mpnet.py tests/test_sentencepiece_export.py tests/test_demo.py tests/test_interrupts.py \
+	tests/test_damaged_models.py
 
 test-slow-ci: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m slow -q -n 2 --dist loadfile $(CI_SLOW_TESTS)

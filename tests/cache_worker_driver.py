@@ -48,10 +48,10 @@ if __name__ == "__main__":
     if SPEC.get("hang_from") is not None:
         compute = outputs.compute_window_outputs
 
-        def hanging(run, windows, start, end, first_pieces=False):
-            if start >= SPEC["hang_from"]:
+        def hanging(run, windows, rows, first_pieces=False):
+            if min(rows) >= SPEC["hang_from"]:
                 time.sleep(600)
-            return compute(run, windows, start, end, first_pieces)
+            return compute(run, windows, rows, first_pieces)
 
         outputs.compute_window_outputs = hanging
     windows, teacher = windows_and_teacher(SPEC)

@@ -35,9 +35,9 @@ def example_arrays(i: int) -> dict[str, np.ndarray]:
     }
 
 
-def compute_batch(start: int, end: int) -> dict[str, np.ndarray]:
-    """Stack examples [start, end)."""
-    rows = [example_arrays(i) for i in range(start, end)]
+def compute_batch(rows) -> dict[str, np.ndarray]:
+    """Stack the examples `rows`."""
+    rows = [example_arrays(int(i)) for i in rows]
     return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
 
 
@@ -75,7 +75,7 @@ def test_round_trip_values_order_static_shapes(reference):
     }
     assert int(ds.cardinality()) == NUM
     got = read_all(reference)
-    want = compute_batch(0, NUM)
+    want = compute_batch(range(NUM))
     np.testing.assert_array_equal(got["ids"], want["ids"])          # order and ints exact
     np.testing.assert_array_equal(got["logits"], want["logits"])    # float32 bit-exact
     # float16 storage: exactly the float16 rounding of the input, not the input itself.
@@ -87,7 +87,7 @@ def test_keys_subset_and_float16_kept(reference):
     ds = cache.read_sharded(reference, keys=["hidden"], cast_float32=False)
     assert ds.element_spec == {"hidden": tf.TensorSpec((T, H), tf.float16)}
     got = np.stack(list(ds.map(lambda x: x["hidden"]).as_numpy_iterator()))
-    np.testing.assert_array_equal(got, compute_batch(0, NUM)["hidden"].astype(np.float16))
+    np.testing.assert_array_equal(got, compute_batch(range(NUM))["hidden"].astype(np.float16))
     with pytest.raises(ConfigError, match="no feature.*'mask'"):
         cache.read_sharded(reference, keys=["mask"])
 
@@ -115,7 +115,7 @@ def test_odd_sizes_single_partial_shard(tmp_path):
                             fingerprint=FP, progress=False)
     assert m["num_shards"] == 1 and m["shards"][0]["num_examples"] == 3
     assert (tmp_path / "shard-00000-of-00001.tfrecord").is_file()
-    np.testing.assert_array_equal(read_all(tmp_path)["logits"], compute_batch(0, 3)["logits"])
+    np.testing.assert_array_equal(read_all(tmp_path)["logits"], compute_batch(range(3))["logits"])
 
 
 def test_zero_examples_is_an_error(tmp_path):
@@ -124,7 +124,7 @@ def test_zero_examples_is_an_error(tmp_path):
 
 
 def test_complete_cache_is_reused_without_computing(reference):
-    def must_not_run(start, end):
+    def must_not_run(rows):
         raise AssertionError("recomputed a complete cache")
 
     assert write(reference, must_not_run)["num_examples"] == NUM
@@ -139,11 +139,11 @@ _KILLED_WRITER = textwrap.dedent("""
     import test_cache as tc
     from xtremedistil_tf.transfer.cache import write_sharded
 
-    def blocks_in_shard_2(start, end):
+    def blocks_in_shard_2(rows):
         # Hang inside shard 2 (its .tmp is open) until the test kills this process.
-        if start >= 2 * tc.SHARD:
+        if rows[0] >= 2 * tc.SHARD:
             time.sleep(600)
-        return tc.compute_batch(start, end)
+        return tc.compute_batch(rows)
 
     write_sharded({out!r}, tc.NUM, blocks_in_shard_2, shard_size=tc.SHARD, batch_size=3,
                   fingerprint=tc.FP, dtypes=tc.DTYPES, progress=False)
@@ -184,9 +184,9 @@ def test_killed_run_resumes_and_matches_uninterrupted(reference, tmp_path):
 
     computed = []
 
-    def recording(start, end):
-        computed.append((start, end))
-        return compute_batch(start, end)
+    def recording(rows):
+        computed.append((rows[0], rows[-1] + 1))
+        return compute_batch(rows)
 
     write(out, recording, batch_size=3)
     assert computed[0] == (16, 19)                  # resumed at shard 2, not from scratch
@@ -205,10 +205,10 @@ def test_killed_run_resumes_and_matches_uninterrupted(reference, tmp_path):
 
 
 def test_failed_run_leaves_no_tmp_and_rerun_removes_a_killed_writers(reference, tmp_path):
-    def fails_in_shard_3(start, end):
-        if start >= 3 * SHARD:
+    def fails_in_shard_3(rows):
+        if rows[0] >= 3 * SHARD:
             raise RuntimeError("teacher crashed")
-        return compute_batch(start, end)
+        return compute_batch(rows)
 
     with pytest.raises(RuntimeError, match="teacher crashed"):
         write(tmp_path, fails_in_shard_3)
@@ -231,9 +231,9 @@ def test_damaged_complete_cache_recomputes_only_damaged_shards(reference, tmp_pa
     assert not cache.cache_complete(tmp_path, FP)
     computed = []
 
-    def recording(start, end):
-        computed.append(start)
-        return compute_batch(start, end)
+    def recording(rows):
+        computed.append(rows[0])
+        return compute_batch(rows)
 
     write(tmp_path, recording)
     assert sorted(set(s // SHARD for s in computed)) == [1, 3]
@@ -265,10 +265,10 @@ def test_fingerprint_mismatch_raises_and_overwrite_clears(reference, tmp_path):
 
 
 def test_partial_cache_of_other_fingerprint_raises(tmp_path):
-    def fails_in_shard_1(start, end):
-        if start >= SHARD:
+    def fails_in_shard_1(rows):
+        if rows[0] >= SHARD:
             raise RuntimeError("stop")
-        return compute_batch(start, end)
+        return compute_batch(rows)
 
     with pytest.raises(RuntimeError):
         write(tmp_path, fails_in_shard_1)
@@ -280,20 +280,42 @@ def test_partial_cache_of_other_fingerprint_raises(tmp_path):
 
 
 def test_bad_batches_are_reported(tmp_path):
-    def ragged(start, end):
-        batch = compute_batch(start, end)
-        if start > 0:
+    def ragged(rows):
+        batch = compute_batch(rows)
+        if rows[0] > 0:
             batch["ids"] = batch["ids"][:, :-1]
         return batch
 
-    with pytest.raises(ConfigError, match=r"compute_batch\(5, 8\) returned 'ids' with shape \(3, 5\); expected \(3, 6\)"):
+    with pytest.raises(ConfigError, match=r"compute_batch\(rows 5\.\.7\) returned 'ids' with shape \(3, 5\); expected \(3, 6\)"):
         write(tmp_path / "ragged", ragged)
 
-    def huge(start, end):
-        return {"logits": np.full((end - start, T), 1e6, np.float32)}
+    def huge(rows):
+        return {"logits": np.full((len(rows), T), 1e6, np.float32)}
 
     with pytest.raises(ConfigError, match="'logits' as float16 overflows"):
         write(tmp_path / "huge", huge, dtypes={"logits": "float16"})
 
     with pytest.raises(ConfigError, match=r"dtypes, encodings or ragged name \['hiden'\]"):
         write(tmp_path / "typo", dtypes={"hiden": "float16"})
+
+
+def test_lengths_group_each_shards_batches_by_length_and_store_in_index_order(reference, tmp_path):
+    lengths = np.random.default_rng(5).integers(1, 50, NUM)
+    batches = []
+
+    def recording(rows):
+        batches.append(np.asarray(rows))
+        return compute_batch(rows)
+
+    write(tmp_path, recording, lengths=lengths)
+    for shard, (start, end) in enumerate(cache._shard_bounds(NUM, SHARD)):
+        mine = [b for b in batches if start <= b[0] < end]
+        assert all(b.max() < end and b.min() >= start for b in mine)   # batches stay in their shard
+        order = np.concatenate(mine)
+        assert order.tolist() == (start + np.argsort(lengths[start:end], kind="stable")).tolist(), shard
+        assert [len(b) for b in mine] == [min(5, end - start - i) for i in range(0, end - start, 5)]
+    # Stored in index order: the very bytes of the uninterrupted run in order.
+    for mine, ref in zip(shard_paths(tmp_path), shard_paths(reference), strict=True):
+        assert mine.read_bytes() == ref.read_bytes(), mine.name
+    with pytest.raises(ConfigError, match=r"lengths has shape \(3,\); expected one per example, \(37,\)"):
+        write(tmp_path / "bad", lengths=lengths[:3])

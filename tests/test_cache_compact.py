@@ -40,8 +40,8 @@ def windows(seed: int = 0) -> dict:
 
 
 def write(out_dir, arrays: dict, ragged: bool = True, **options) -> dict:
-    def compute(start, end):
-        return {k: v[start:end] for k, v in arrays.items()}
+    def compute(rows):
+        return {k: v[rows] for k, v in arrays.items()}
 
     layout = {"ragged": {k: a for k, a in SEQUENCE.items() if k in arrays}, "pad_values": {"label_ids": PAD_TAG}}
     return cache.write_sharded(out_dir, N, compute, shard_size=25, batch_size=7, fingerprint={"test": 1},
@@ -245,7 +245,7 @@ def test_sequence_level_keys_stay_whole(tmp_path):
     arrays = {"input_ids": rng.integers(1, 50, (N, T)).astype(np.int32) * mask, "attention_mask": mask,
               "label_ids": rng.integers(0, 3, N).astype(np.int32),
               "hidden": rng.normal(size=(N, H)).astype(np.float32)}
-    cache.write_sharded(tmp_path / "c", N, lambda s, e: {k: v[s:e] for k, v in arrays.items()},
+    cache.write_sharded(tmp_path / "c", N, lambda rows: {k: v[rows] for k, v in arrays.items()},
                         fingerprint={}, ragged={"input_ids": 0, "attention_mask": 0}, encodings={"hidden": "int8"},
                         progress=False)
     element = cache.read_sharded(tmp_path / "c").element_spec

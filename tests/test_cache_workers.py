@@ -22,7 +22,8 @@ from conftest import TOY_LABELS
 from xtremedistil_tf.engine.distribute import worker_of_cluster
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.model import build_teacher
-from xtremedistil_tf.transfer import cache
+from xtremedistil_tf.transfer import cache, outputs
+from xtremedistil_tf.transfer.cache import read_arrays
 
 DRIVER = Path(__file__).parent / "cache_worker_driver.py"
 SHARD = 6
@@ -203,3 +204,38 @@ def test_killed_worker_rerun_redoes_only_its_missing_shards(teacher_cache, tmp_p
         assert ((out / name).stat().st_ino, (out / name).stat().st_mtime_ns) == stat, name
     assert not list(out.glob("*.tmp")) and not (out / cache.STATE).exists()
     assert_same_examples(out, one_process)
+
+
+def test_length_grouped_teacher_outputs_equal_the_in_order_ones_for_less_padding(teacher_cache, tmp_path,
+                                                                                monkeypatch):
+    """write_teacher_outputs batches each shard's windows by length (the default): the cache holds the
+    outputs of the in-order run, row for row (to float rounding), and the teacher ran on fewer padded
+    positions."""
+    spec, _ = teacher_cache
+    windows, teacher = driver.windows_and_teacher(spec)
+    padded = {}   # run -> pieces the teacher computed, padding included
+    compute = outputs.compute_window_outputs
+
+    def counting(run, windows_, rows, first_pieces=False):
+        padded[current] = padded.get(current, 0) + len(rows) * int(windows_.attention_mask[rows].sum(1).max())
+        return compute(run, windows_, rows, first_pieces)
+
+    monkeypatch.setattr(outputs, "compute_window_outputs", counting)
+    got = {}
+    for current in ("in_order", "grouped"):
+        outputs.write_teacher_outputs(teacher, windows, tmp_path / current, layer=1, fingerprint={"test": current},
+                                      shard_size=spec["shard_size"], batch_size=spec["batch_size"],
+                                      progress=False, group_by_length=current == "grouped")
+        got[current] = read_arrays(tmp_path / current, length=spec["max_len"])
+    for name in ("input_ids", "attention_mask", "label_ids"):
+        np.testing.assert_array_equal(got["grouped"][name], got["in_order"][name])
+    for name in ("logits", "hidden"):
+        np.testing.assert_allclose(got["grouped"][name], got["in_order"][name], atol=2e-3, rtol=2e-3)
+    assert padded["grouped"] < padded["in_order"]
+    lengths = outputs.window_lengths(windows)
+    shards = [lengths[s:s + spec["shard_size"]] for s in range(0, len(lengths), spec["shard_size"])]
+    work = {"in_order": 0, "grouped": 0}
+    for shard in shards:
+        for name, order in (("in_order", shard), ("grouped", np.sort(shard))):
+            work[name] += sum(len(order[b:b + 4]) * order[b:b + 4].max() for b in range(0, len(order), 4))
+    assert padded == work

@@ -116,7 +116,7 @@ def test_errors_no_damaged_file_explains_and_interrupts_pass_unchanged(healthy):
 @pytest.mark.parametrize("name", ["manifest.json", "cache_state.json"])
 def test_a_damaged_json_of_the_teacher_output_cache_is_one_line_naming_it(tmp_path, name):
     out = tmp_path / "transfer"
-    compute = lambda start, end: {"x": np.arange(start, end, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32)}
+    compute = lambda rows: {"x": rows.astype(np.float32)[:, None] * np.ones((1, 3), np.float32)}
     manifest = write_sharded(out, 5, compute, shard_size=2, batch_size=2, fingerprint={"t": 1}, progress=False)
     assert manifest["num_shards"] == 3 and cache_complete(out, {"t": 1})
     if name == "cache_state.json":   # a run stopped after its first shard: the state of a partial cache

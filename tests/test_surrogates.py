@@ -94,8 +94,8 @@ def test_surrogates_round_trip_through_the_cache(tmp_path):
     logits, trans = _teacher(seed=4)
     surrogates = make_surrogate_fn(2)
 
-    def compute_batch(start, end):
-        return surrogates(logits[start:end], trans, LENGTHS[start:end])
+    def compute_batch(rows):
+        return surrogates(logits[rows], trans, LENGTHS[rows])
 
     write_sharded(tmp_path / "cache", len(LENGTHS), compute_batch, shard_size=3, batch_size=2,
                   fingerprint={"test": 1}, dtypes={"kbest_tags": "uint8"}, progress=False)

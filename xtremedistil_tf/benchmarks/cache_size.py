@@ -55,7 +55,7 @@ def teacher_outputs(work_dir, windows_wanted: int, max_seq_length: int, layer: i
     windows = encode(sentences, tokenizer, teacher.tag_vocab, max_seq_length)
     n = min(windows_wanted, len(windows))   # a sentence gives one window or more
     run = teacher_outputs_fn(teacher, layer)
-    parts = [compute_window_outputs(run, windows, s, min(s + 64, n)) for s in range(0, n, 64)]
+    parts = [compute_window_outputs(run, windows, np.arange(s, min(s + 64, n))) for s in range(0, n, 64)]
     return windows, {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
@@ -71,7 +71,7 @@ def measure(work_dir, windows_wanted: int, max_seq_length: int, layer: int, topk
             if not ragged:
                 layout = {"dtypes": layout["dtypes"], "encodings": layout["encodings"]}
             out = root / name.replace(" ", "_")
-            write_sharded(out, n, lambda s, e, keys=keys: {key: arrays[key][s:e] for key in keys},
+            write_sharded(out, n, lambda rows, keys=keys: {key: arrays[key][rows] for key in keys},
                           fingerprint={"layout": name}, progress=False, **layout)
             row = {"layout": name if k or "top-k" not in name else f"{name} (k=0)", "topk": k,
                    "mb_per_1000": disk_bytes_per_1000(out) / 1e6}

@@ -104,7 +104,7 @@ def window_outputs(start: int, end: int, labeled: int = LABELED, seq: int = SEQ,
 
 def write_cache(directory, size: int, labeled: int = LABELED, **shape) -> dict:
     """A complete cache of `size` synthetic windows in `directory` (`write_sharded`, hidden as float16)."""
-    return write_sharded(directory, size, lambda s, e: window_outputs(s, e, labeled, **shape),
+    return write_sharded(directory, size, lambda rows: window_outputs(int(rows[0]), int(rows[-1]) + 1, labeled, **shape),
                          shard_size=SHARD, batch_size=250, dtypes={"hidden": "float16"},
                          fingerprint={"benchmark": "memory", "labeled": labeled, **shape}, progress=False)
 

@@ -13,6 +13,7 @@ from xtremedistil_tf.benchmarks import decoders as decoders_benchmarks
 from xtremedistil_tf.benchmarks import deployed as deployed_benchmarks
 from xtremedistil_tf.benchmarks import formats as formats_benchmarks
 from xtremedistil_tf.benchmarks import latency as latency_benchmarks
+from xtremedistil_tf.benchmarks import lengths as lengths_benchmarks
 from xtremedistil_tf.benchmarks import memory as memory_benchmarks
 from xtremedistil_tf.benchmarks import precision as precision_benchmarks
 from xtremedistil_tf.benchmarks import served_text as served_text_benchmarks
@@ -25,6 +26,7 @@ BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
     "deployed": deployed_benchmarks.run,
     "formats": formats_benchmarks.run,
     "latency": latency_benchmarks.run,
+    "lengths": lengths_benchmarks.run,
     "memory": memory_benchmarks.run,
     "precision": precision_benchmarks.run,
     "served_text": served_text_benchmarks.run,

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from xtremedistil_tf.data.alignment import encode
 from xtremedistil_tf.data.loading import read_jsonl
 from xtremedistil_tf.engine.distribute import limit_threads, worker_of_cluster
@@ -43,7 +45,7 @@ def _child(args) -> None:
     sentences = read_jsonl(args.sentences)[:args.count]
     windows = encode(sentences, tokenizer, teacher.tag_vocab, args.max_seq_length)
     run = teacher_outputs_fn(teacher, args.layer)
-    compute_window_outputs(run, windows, 0, min(len(windows), args.batch_size))   # trace before the clock starts
+    compute_window_outputs(run, windows, np.arange(min(len(windows), args.batch_size)))   # trace before the clock starts
     out = Path(args.out)
     (out / f"ready-{index}").write_text("")
     while not (out / "go").exists():

@@ -11,6 +11,8 @@
     bin/benchmark latency [--teacher_config=mbert-base --students=50x200,100x400 --queries=1000]
                           [--latency_peers --latency_threads=2]   (+ the teacher in ONNX Runtime float32/int8 and the
                           students in every exported format, ids and text; speedups over the int8 ONNX teacher)
+    bin/benchmark lengths --work_dir=runs/wikiann --length_teachers=minilm,mpnet-base [--length_windows=512]
+                          (teacher fine-tuning and cache, batches in order vs grouped by length, interleaved)
     bin/benchmark memory [--memory_sizes=10000,100000 --memory_steps=300]   (peak RSS of student training vs transfer-set size)
     bin/benchmark precision [--repeats=20]   (a training step under float32 / mixed_bfloat16 / mixed_float16)
     bin/benchmark served_text [--students=50x200 --student_vocab_size=30522 --queries=200 --repeats=3]
@@ -32,6 +34,7 @@ from xtremedistil_tf.benchmarks import (  # noqa: E402
     deployed,
     formats,
     latency,
+    lengths,
     memory,
     served_text,
 )
@@ -45,6 +48,7 @@ flag_group("Benchmark")
 flags.DEFINE_integer("repeats", 50, "Timed runs per measurement (the median is printed).")
 # Flags must exist before absl parses the command line.
 latency.define_flags()
+lengths.define_flags()
 deployed.define_flags()
 memory.define_flags()
 cache_size.define_flags()

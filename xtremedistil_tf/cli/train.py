@@ -109,6 +109,9 @@ flags.DEFINE_integer("teacher_epochs", _RECIPE.epochs, "Teacher fine-tuning epoc
                      "none (a fresh head as it is). A fine-tuned *ForTokenClassification / *ForSequenceClassification "
                      "--teacher is never fine-tuned again (docs/teachers.md).")
 flags.DEFINE_integer("teacher_batch_size", _RECIPE.batch_size, "Teacher batch size.")
+flags.DEFINE_integer("teacher_group_by_length", _RECIPE.group_by_length,
+                     "Teacher batches of windows of similar length: N batches' windows at a time are sorted by "
+                     "length and cut into batches (0: off). Fewer padded pieces per epoch (docs/benchmarks.md 4.1).")
 flags.DEFINE_float("teacher_learning_rate", _RECIPE.learning_rate, "Peak learning rate of the encoder (AdamW).")
 flags.DEFINE_float("teacher_head_learning_rate", None, "Peak learning rate of the head (0: the encoder's rate). "
                    f"Default {_RECIPE.head_learning_rate:g} (softmax and crf).")
@@ -160,6 +163,9 @@ flags.DEFINE_float("student_dropout", StudentArch.dropout, "Student dropout.")
 # Each method's own default where these are left unset.
 flags.DEFINE_integer("student_batch_size", None, f"Student batch size. Default {DistilConfig.batch_size} "
                      f"(xtremedistil, the paper's), {MultiGrainedConfig.batch_size} (multigrained).")
+flags.DEFINE_integer("student_group_by_length", DistilConfig.group_by_length,
+                     "xtremedistil: training batches of windows of similar length, N batches' windows sorted at a time "
+                     "(0: off); the transfer set's shuffle buffer should hold them (10 batches).")
 flags.DEFINE_float("student_learning_rate", None, f"Adam peak rate; xtremedistil cosine-decays it to "
                    f"{DistilConfig.min_learning_rate:g} in each step. Default {DistilConfig.learning_rate:g} "
                    f"(xtremedistil), {MultiGrainedConfig.learning_rate:g} (multigrained).")
@@ -209,7 +215,8 @@ LEAST_VALUES = {**dict.fromkeys(("teacher_batch_size", "shard_size", "transfer_b
                                  "student_embedding_dim", "student_hidden", "student_depth", "student_heads",
                                  "student_ffn", "epochs_per_layer", "student_batch_size", "student_epochs"), 1),
                 **dict.fromkeys(("teacher_epochs", "teacher_layer", "max_steps_per_epoch", "patience",
-                                 "student_patience", "intra_op_threads"), 0),
+                                 "student_patience", "intra_op_threads", "teacher_group_by_length",
+                                 "student_group_by_length"), 0),
                 "max_seq_length": 3}   # [CLS], one piece, [SEP]
 
 
@@ -247,6 +254,9 @@ def check_flags() -> dict:
     if FLAGS.distribution == "multi_worker":
         check_tf_config()
     if FLAGS.student and FLAGS.method == "multigrained":
+        if FLAGS.student_group_by_length:
+            raise ConfigError("--student_group_by_length groups the batches of an XtremeDistil student's stages; "
+                              "drop it with --method=multigrained")
         if FLAGS.teacher_head != "crf":
             raise ConfigError("--method=multigrained distils from a CRF teacher's k-best paths: add --teacher_head=crf")
         check_kbest(FLAGS.kbest)
@@ -289,7 +299,8 @@ def config_from_flags():
                           warmup_fraction=FLAGS.warmup_fraction, weight_decay=FLAGS.weight_decay,
                           layer_decay=FLAGS.layer_decay, head_init=FLAGS.teacher_head_init,
                           supervision=FLAGS.teacher_supervision, patience=FLAGS.patience, seed=FLAGS.seed,
-                          max_steps_per_epoch=FLAGS.max_steps_per_epoch or None)
+                          max_steps_per_epoch=FLAGS.max_steps_per_epoch or None,
+                          group_by_length=FLAGS.teacher_group_by_length)
     check_data_config(data)
     multigrained = FLAGS.student and FLAGS.method == "multigrained"
     teacher = TeacherConfig(name=FLAGS.teacher, random_init=FLAGS.teacher_random_init, config_overrides=overrides,
@@ -319,7 +330,8 @@ def student_from_flags():
                                   use_unlabeled=FLAGS.use_unlabeled, seed=FLAGS.seed, **common)
     return DistilConfig(arch=arch, heads_on=FLAGS.student_heads_on, strategy=FLAGS.strategy,
                         epochs_per_layer=FLAGS.epochs_per_layer, representation_loss=FLAGS.representation_loss,
-                        alpha=FLAGS.alpha, beta=FLAGS.beta, gamma=FLAGS.gamma, seed=FLAGS.seed, **common)
+                        alpha=FLAGS.alpha, beta=FLAGS.beta, gamma=FLAGS.gamma, seed=FLAGS.seed,
+                        group_by_length=FLAGS.student_group_by_length, **common)
 
 
 def train() -> None:

@@ -33,6 +33,7 @@ from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.xtremedistil import DEFAULT_REPRESENTATION_LOSS, TEACHER_MASK
 from xtremedistil_tf.methods.strategies import Stage, Strategy, get_strategy
 from xtremedistil_tf.students.models import StudentArch, encoder_layer_name
+from xtremedistil_tf.data.batching import group_by_length
 from xtremedistil_tf.teachers.finetune import trim_to_longest
 from xtremedistil_tf.transfer.cache import padded_batch
 
@@ -67,6 +68,9 @@ class DistilConfig:
     # Unlabeled transfer sentences the transfer stages read: N evenly spaced ones of the cache (the
     # labeled ones always), bin/ablate --transfer_sizes; None: all (left out of the fingerprint then).
     transfer_sentences: Optional[int] = None
+    # Training batches of similar length (data/batching.group_by_length: this many batches' windows sorted
+    # at a time); 0: batches of randomly mixed lengths (left out of the fingerprint then).
+    group_by_length: int = 0
     pad_id: Optional[int] = field(default=None, compare=False)
     verbose: int = field(default=0, compare=False)
     # Every step compiles a fresh model, so graph tracing is paid per step; for tiny students on a
@@ -171,13 +175,16 @@ class _StageModel(tf.keras.Model):
 
 
 def batched(ds: tf.data.Dataset, batch_size: int, shuffle_buffer: int = 0, seed: int = 0,
-            reshuffle: bool = True, padding: Optional[Dict] = None) -> tf.data.Dataset:
+            reshuffle: bool = True, padding: Optional[Dict] = None, group: int = 0) -> tf.data.Dataset:
     """Per-example dicts -> shuffled (when `shuffle_buffer` > 0; reshuffled at every iteration when
     `reshuffle`, else always in the order `seed` gives) batches (paper: 512), each padded to its longest
     window (the cache stores windows at their real length) with `padding`'s value per key (default 0;
-    the cache's `padding_values`). Padding columns no row of a stage's keys uses are dropped later."""
+    the cache's `padding_values`); with `group`, of windows of similar length (`group_by_length`).
+    Padding columns no row of a stage's keys uses are dropped later."""
     if shuffle_buffer:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=reshuffle)
+    if group:
+        return group_by_length(ds, batch_size, group, seed=seed, reshuffle=reshuffle, padding=padding)
     return padded_batch(ds, batch_size, padding)
 
 

@@ -154,11 +154,12 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
     padding = padding_values(transfer_dir)
 
     def train_for(seed: int) -> tf.data.Dataset:
-        return batched(train, cfg.batch_size, shuffle_buffer=train_buffer, seed=seed, reshuffle=False, padding=padding)
+        return batched(train, cfg.batch_size, shuffle_buffer=train_buffer, seed=seed, reshuffle=False, padding=padding,
+                       group=cfg.group_by_length)
 
     def transfer_for(seed: int) -> tf.data.Dataset:
         return batched(transfer, cfg.batch_size, shuffle_buffer=shuffle_buffer, seed=seed, reshuffle=False,
-                       padding=padding)
+                       padding=padding, group=cfg.group_by_length)
 
     check_cached(dev_cache_dir, [t for s in get_strategy(cfg.strategy).stages for t in _stage_targets(s)],
                  cfg.strategy)

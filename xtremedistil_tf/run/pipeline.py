@@ -244,6 +244,8 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
     tc = cfg.teacher
     teacher = {k: v for k, v in asdict(tc).items() if k != "layer"}
     teacher["finetune"].pop("progress", None)
+    if teacher["finetune"].get("group_by_length", 1) == 0:   # off: as before the field existed
+        del teacher["finetune"]["group_by_length"]
     fingerprint = {**labeled_data_fingerprint(cfg, upstream), "teacher": teacher}
     _adopt_full_fingerprint(work, {**upstream, "teacher": teacher}, fingerprint)
 
@@ -552,6 +554,8 @@ def student_fingerprint(sc: StudentConfig) -> dict:
             del fingerprint[f.name]
     if fingerprint.get("transfer_sentences", 0) is None:   # all of the cache: as before the field existed
         del fingerprint["transfer_sentences"]
+    if fingerprint.get("group_by_length", 1) == 0:   # off: as before the field existed
+        del fingerprint["group_by_length"]
     if sc.method == "multigrained":
         fingerprint["losses"] = sorted(sc.losses, key=LOSSES.index)
         if not set(sc.losses) & set(TOKEN_LEVEL):

@@ -82,7 +82,8 @@ def finetune_sequence_teacher(teacher: SequenceTeacher, tokenizer, train: Sequen
     arrays = encode_texts(train, tokenizer, teacher.tag_vocab, teacher.max_seq_length).as_dict()
 
     def dataset(seed: int) -> tf.data.Dataset:
-        return arrays_dataset(arrays, config.batch_size, shuffle=True, seed=seed, reshuffle=False)
+        return arrays_dataset(arrays, config.batch_size, shuffle=True, seed=seed, reshuffle=False,
+                              group=config.group_by_length)
 
     return train_with_early_stopping(
         teacher, dataset, len(arrays["input_ids"]),

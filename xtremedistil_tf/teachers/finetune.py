@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from xtremedistil_tf.crf.decoding import WordDecoder
 from xtremedistil_tf.data.alignment import Windows, encode, predict_by_length
+from xtremedistil_tf.data.batching import group_by_length
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.data.scoring import tag_scores
@@ -60,6 +61,9 @@ class FinetuneConfig:
     patience: int = 2
     seed: int = DEFAULT_SEED
     max_steps_per_epoch: Optional[int] = None
+    # Batches of windows of similar length (data/batching.group_by_length: this many batches' windows
+    # sorted at a time); 0: batches of randomly mixed lengths.
+    group_by_length: int = 0
     progress: bool = True
 
     def __post_init__(self):
@@ -112,20 +116,22 @@ def trim_to_longest(batch: Dict[str, tf.Tensor], keys: Optional[Sequence[str]] =
 
 
 def windows_dataset(windows: Windows, batch_size: int, shuffle: bool, seed: int = 0,
-                    reshuffle: bool = True) -> tf.data.Dataset:
+                    reshuffle: bool = True, group: int = 0) -> tf.data.Dataset:
     return arrays_dataset({"input_ids": windows.input_ids, "attention_mask": windows.attention_mask,
-                           "label_ids": windows.label_ids}, batch_size, shuffle, seed, reshuffle)
+                           "label_ids": windows.label_ids}, batch_size, shuffle, seed, reshuffle, group)
 
 
 def arrays_dataset(data: Dict[str, np.ndarray], batch_size: int, shuffle: bool, seed: int = 0,
-                   reshuffle: bool = True) -> tf.data.Dataset:
+                   reshuffle: bool = True, group: int = 0) -> tf.data.Dataset:
     """Batches of `data` (arrays with one row per example), trimmed to each batch's longest row;
-    shuffled anew at every iteration (`reshuffle`), or always in the order `seed` gives."""
+    shuffled anew at every iteration (`reshuffle`), or always in the order `seed` gives; with `group`,
+    batches of rows of similar length (data/batching.group_by_length)."""
     ds = tf.data.Dataset.from_tensor_slices(data)
     n = len(next(iter(data.values())))
     if shuffle:
         ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=reshuffle)
-    return ds.batch(batch_size).map(trim_to_longest).prefetch(tf.data.AUTOTUNE)
+    batches = group_by_length(ds, batch_size, group, seed, reshuffle) if group else ds.batch(batch_size)
+    return batches.map(trim_to_longest).prefetch(tf.data.AUTOTUNE)
 
 
 def supervised_windows(windows: Windows, tag_vocab, supervision: str) -> Windows:
@@ -299,7 +305,8 @@ def finetune(teacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Senten
                                  teacher.tag_vocab, config.supervision)
 
     def dataset(seed: int) -> tf.data.Dataset:
-        return windows_dataset(windows, config.batch_size, shuffle=True, seed=seed, reshuffle=False)
+        return windows_dataset(windows, config.batch_size, shuffle=True, seed=seed, reshuffle=False,
+                               group=config.group_by_length)
 
     return train_with_early_stopping(teacher, dataset, len(windows),
                                      lambda: evaluate_teacher(teacher, tokenizer, dev, scheme)["all"]["f1"], config,

@@ -64,7 +64,9 @@ _STORABLE = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
 INT8 = "int8"      # symmetric int8, one float32 scale max|x|/127 per row (every axis but the last)
 TOPK = "top"       # "top<K>": the K largest values of the last axis, their indices and the rest's log-sum-exp
 SCALE, INDEX, REST = "/scale", "/index", "/rest"   # the extra bytes features of an encoded key
-ComputeBatch = Callable[[int, int], Mapping[str, np.ndarray]]
+# compute_batch(rows): {key: array with one row per index of `rows` (int64, ascending within a shard unless
+# `lengths` groups them by length)}.
+ComputeBatch = Callable[[np.ndarray], Mapping[str, np.ndarray]]
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5      # how often a worker looks again while it waits for the others
 WAIT_LOG_SECONDS = 60   # how often it says what it waits for
@@ -446,17 +448,21 @@ def _feature_spec(batch: Mapping[str, np.ndarray], rows: int, layout: Layout) ->
     return spec
 
 
-def _check_batch(batch: Mapping[str, np.ndarray], start: int, end: int, features: dict) -> None:
+def _rows_text(rows: np.ndarray) -> str:
+    return f"rows {rows[0]}..{rows[-1]}" if len(rows) else "no rows"
+
+
+def _check_batch(batch: Mapping[str, np.ndarray], rows: np.ndarray, features: dict) -> None:
     """Every batch must have the keys and per-example shapes of the first one (any length along
     a ragged key's sequence axis)."""
     if set(batch) != set(features):
-        raise ConfigError(f"compute_batch({start}, {end}) returned keys {sorted(batch)}; "
+        raise ConfigError(f"compute_batch({_rows_text(rows)}) returned keys {sorted(batch)}; "
                           f"earlier batches had {sorted(features)}")
     for key, arr in batch.items():
-        expected = (end - start, *features[key]["shape"])
+        expected = (len(rows), *features[key]["shape"])
         shape = tuple(np.shape(arr))
         if len(shape) != len(expected) or any(e is not None and e != d for e, d in zip(expected, shape)):
-            raise ConfigError(f"compute_batch({start}, {end}) returned {key!r} with shape "
+            raise ConfigError(f"compute_batch({_rows_text(rows)}) returned {key!r} with shape "
                               f"{shape}; expected {expected} (pad to a fixed length)")
 
 
@@ -482,19 +488,19 @@ def real_lengths(mask: np.ndarray) -> np.ndarray:
     return np.where(mask.any(axis=1), width - np.argmax(mask[:, ::-1], axis=1), 0).astype(np.int64)
 
 
-def _check_tail(key: str, arr: np.ndarray, lengths: np.ndarray, axis: int, pad, start: int) -> None:
+def _check_tail(key: str, arr: np.ndarray, lengths: np.ndarray, axis: int, pad, rows: np.ndarray) -> None:
     """Ragged storage drops what lies past each row's length: it must be the pad value."""
     width = arr.shape[axis + 1]
     beyond = np.arange(width)[None, :] >= lengths[:, None]
     beyond = beyond.reshape((arr.shape[0],) + (1,) * axis + (width,) + (1,) * (arr.ndim - axis - 2))
     bad = np.nonzero(np.any((arr != pad) & beyond, axis=tuple(range(1, arr.ndim))))[0]
     if bad.size:
-        raise ConfigError(f"example {start + int(bad[0])}: {key!r} holds values other than {pad} past its real "
+        raise ConfigError(f"example {int(rows[bad[0]])}: {key!r} holds values other than {pad} past its real "
                           "length (attention_mask), which ragged storage would drop; zero the padding "
                           "(or name its value in pad_values)")
 
 
-def _encode(batch: Mapping[str, np.ndarray], features: dict, length_key: str, start: int
+def _encode(batch: Mapping[str, np.ndarray], features: dict, length_key: str, rows: np.ndarray
             ) -> tuple[dict, dict, Optional[np.ndarray]]:
     """(stored arrays by feature name, their ragged axes, each row's length) of one computed batch."""
     ragged = {k: f["ragged_axis"] for k, f in features.items() if "ragged_axis" in f}
@@ -503,7 +509,7 @@ def _encode(batch: Mapping[str, np.ndarray], features: dict, length_key: str, st
     for key, arr in batch.items():
         f = features[key]
         if key in ragged:
-            _check_tail(key, np.asarray(arr), lengths, ragged[key], f["pad"], start)
+            _check_tail(key, np.asarray(arr), lengths, ragged[key], f["pad"], rows)
         if f.get("encoding") == INT8:
             parts = dict(zip((key, key + SCALE), quantize_int8(arr)))
         elif f.get("encoding") == "topk":
@@ -532,23 +538,28 @@ def _serialize(stored: Mapping[str, np.ndarray], row: int, axes: Mapping[str, in
         deterministic=True)
 
 
-def encode_examples(batch: Mapping[str, np.ndarray], start: int, end: int, features: dict,
+def encode_examples(batch: Mapping[str, np.ndarray], rows: np.ndarray, features: dict,
                     length_key: str = "attention_mask") -> list[bytes]:
-    """The serialized records of examples [start, end) computed as `batch`."""
-    _check_batch(batch, start, end, features)
-    stored, axes, lengths = _encode(batch, features, length_key, start)
-    return [_serialize(stored, row, axes, lengths) for row in range(end - start)]
+    """The serialized records of examples `rows` computed as `batch`, in the order of `rows`."""
+    _check_batch(batch, rows, features)
+    stored, axes, lengths = _encode(batch, features, length_key, rows)
+    return [_serialize(stored, row, axes, lengths) for row in range(len(rows))]
 
 
-def _batches(start: int, end: int, batch_size: int) -> Iterable[tuple[int, int]]:
-    """[start, end) in batch_size steps; batches never cross a shard boundary."""
-    for b in range(start, end, batch_size):
-        yield b, min(b + batch_size, end)
+def shard_batches(start: int, end: int, batch_size: int, lengths: Optional[np.ndarray] = None) -> Iterable[np.ndarray]:
+    """The examples [start, end) in batches of batch_size (never crossing a shard boundary): in
+    order, or, given every example's `lengths`, sorted by length first (stable), so that a batch holds
+    windows of similar length and trimming it to its longest wastes little."""
+    rows = np.arange(start, end, dtype=np.int64)
+    if lengths is not None:
+        rows = rows[np.argsort(np.asarray(lengths)[start:end], kind="stable")]
+    for b in range(0, len(rows), batch_size):
+        yield rows[b:b + batch_size]
 
 
 def _write_shard(out_dir: Path, index: int, num_shards: int, start: int, end: int,
                  compute_batch: ComputeBatch, batch_size: int, layout: Layout,
-                 state: dict, bar: Any) -> None:
+                 state: dict, bar: Any, lengths: Optional[np.ndarray] = None) -> None:
     """Compute examples [start, end) batch by batch into a .tmp file, then commit it.
 
     The first shard a run ever writes fixes the feature spec; it is saved in the state file
@@ -557,7 +568,7 @@ def _write_shard(out_dir: Path, index: int, num_shards: int, start: int, end: in
     final = out_dir / shard_name(index, num_shards)
     tmp = final.with_name(final.name + ".tmp")
     try:
-        _fill_shard(tmp, start, end, compute_batch, batch_size, layout, state, bar)
+        _fill_shard(tmp, start, end, compute_batch, batch_size, layout, state, bar, lengths)
         on_disk = _read_json(out_dir / STATE).get("features")
         if on_disk is None:
             atomic_write_json(out_dir / STATE, state, own_tmp=True)
@@ -575,16 +586,24 @@ def _write_shard(out_dir: Path, index: int, num_shards: int, start: int, end: in
 
 
 def _fill_shard(tmp: Path, start: int, end: int, compute_batch: ComputeBatch, batch_size: int, layout: Layout,
-                state: dict, bar: Any) -> None:
-    """Write examples [start, end) into `tmp`, batch by batch, and sync it."""
+                state: dict, bar: Any, lengths: Optional[np.ndarray] = None) -> None:
+    """Write examples [start, end) into `tmp` in index order, whatever order they were computed in, and
+    sync it. Computed out of order (`lengths`), the shard's records are held until all are done."""
+    records: dict[int, bytes] = {}
     with tf.io.TFRecordWriter(str(tmp)) as writer:
-        for b_start, b_end in _batches(start, end, batch_size):
-            batch = dict(compute_batch(b_start, b_end))
+        for rows in shard_batches(start, end, batch_size, lengths):
+            batch = dict(compute_batch(rows))
             if state.get("features") is None:
-                state["features"] = _feature_spec(batch, b_end - b_start, layout)
-            for record in encode_examples(batch, b_start, b_end, state["features"], layout.length_key):
-                writer.write(record)
-            bar.update(b_end - b_start)
+                state["features"] = _feature_spec(batch, len(rows), layout)
+            encoded = encode_examples(batch, rows, state["features"], layout.length_key)
+            if lengths is None:
+                for record in encoded:
+                    writer.write(record)
+            else:
+                records.update(zip(rows.tolist(), encoded))
+            bar.update(len(rows))
+        for row in sorted(records):
+            writer.write(records[row])
     fsync_file(tmp)
 
 
@@ -598,12 +617,16 @@ def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: 
                   dtypes: Optional[dict[str, str]] = None, progress: bool = True,
                   overwrite: bool = False, part: Optional[tuple[int, int]] = None,
                   encodings: Optional[dict[str, str]] = None, ragged: Optional[dict[str, int]] = None,
-                  pad_values: Optional[dict] = None, length_key: str = "attention_mask") -> dict:
+                  pad_values: Optional[dict] = None, length_key: str = "attention_mask",
+                  lengths: Optional[np.ndarray] = None) -> dict:
     """Compute and cache ``num_examples`` examples as TFRecord shards; return the manifest.
 
-    ``compute_batch(start, end)`` returns {key: array} with leading dim ``end - start`` and
-    the same trailing shape for every call (pad sequences to a fixed length); it must be
-    deterministic in the example index so a resumed run matches an uninterrupted one.
+    ``compute_batch(rows)`` returns {key: array} with one row per example index of ``rows`` (an
+    int64 array of at most ``batch_size`` indices of one shard) and the same trailing shape for every
+    call (pad sequences to a fixed length); it must be deterministic in the example index so a resumed
+    run matches an uninterrupted one. ``lengths`` (one per example): each shard's examples are computed
+    in batches of similar length (sorted by length within the shard) and still stored in index order,
+    so a compute_batch that trims a batch to its longest example does less padding work.
     ``fingerprint`` (JSON-serializable) identifies what is being cached (teacher, data,
     max_seq_length, layer, ...): a complete cache with the same fingerprint is returned
     without computing anything; a partial one is resumed, recomputing only missing shards.
@@ -631,6 +654,8 @@ def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: 
                           "(the transfer set is empty)")
     if shard_size <= 0 or batch_size <= 0:
         raise ConfigError(f"shard_size and batch_size must be positive, got {shard_size}, {batch_size}")
+    if lengths is not None and np.shape(lengths) != (num_examples,):
+        raise ConfigError(f"lengths has shape {np.shape(lengths)}; expected one per example, ({num_examples},)")
     layout = Layout(dict(dtypes or {}), dict(encodings or {}), dict(ragged or {}),
                     {k: np.asarray(v).item() for k, v in (pad_values or {}).items()}, length_key)
     layout.check()
@@ -658,7 +683,7 @@ def write_sharded(out_dir: str | os.PathLike, num_examples: int, compute_batch: 
               disable=not progress) as bar:
         for i in missing:
             _write_shard(out_dir, i, len(bounds), *bounds[i], compute_batch, batch_size,
-                         layout, state, bar)
+                         layout, state, bar, lengths)
     if part.count == 1:
         return _write_manifest(out_dir, identity, state["features"], bounds)
     return _complete(out_dir, identity, state, bounds, part)

@@ -20,13 +20,13 @@ def write_sequence_outputs(teacher: SequenceTeacher, arrays: TextArrays, out_dir
     (transfer/cache.py). `hidden_dtype`, `logits_topk`: outputs.storage."""
     run = teacher_outputs_fn(teacher, layer)
 
-    def compute(start: int, end: int) -> Dict[str, np.ndarray]:
-        mask = arrays.attention_mask[start:end]
+    def compute(rows: np.ndarray) -> Dict[str, np.ndarray]:
+        mask = arrays.attention_mask[rows]
         length = max(1, int(mask.sum(1).max()))
-        logits, states = run(tf.constant(arrays.input_ids[start:end, :length]), tf.constant(mask[:, :length]))
-        out = {"input_ids": arrays.input_ids[start:end], "attention_mask": mask,
+        logits, states = run(tf.constant(arrays.input_ids[rows][:, :length]), tf.constant(mask[:, :length]))
+        out = {"input_ids": arrays.input_ids[rows], "attention_mask": mask,
                # float32 whatever the precision policy computed them in (the cache's dtypes decide storage).
-               "label_ids": arrays.label_ids[start:end], "logits": logits.numpy().astype(np.float32)}
+               "label_ids": arrays.label_ids[rows], "logits": logits.numpy().astype(np.float32)}
         if hidden:
             out["hidden"] = states.numpy().astype(np.float32)
         return out
@@ -35,6 +35,7 @@ def write_sequence_outputs(teacher: SequenceTeacher, arrays: TextArrays, out_dir
     if not hidden:
         layout = {k: {key: v for key, v in part.items() if key != "hidden"} for k, part in layout.items()}
     return write_sharded(out_dir, len(arrays), compute, fingerprint=fingerprint,
+                         lengths=np.asarray(arrays.attention_mask).sum(1),
                          ragged={"input_ids": 0, "attention_mask": 0},
                          pad_values=pad_values_of({"input_ids": arrays.input_ids}, arrays.attention_mask),
                          **layout, **cache_options)

@@ -21,7 +21,7 @@ from xtremedistil_tf.data.alignment import Windows
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.transfer.cache import write_sharded
 from xtremedistil_tf.teachers.crf_head import CRFTokenTeacher
-from xtremedistil_tf.transfer.outputs import compute_window_outputs, teacher_outputs_fn, window_layout
+from xtremedistil_tf.transfer.outputs import compute_window_outputs, teacher_outputs_fn, window_layout, window_lengths
 from xtremedistil_tf.teachers.surrogates import SurrogateFn
 
 MAX_KBEST = 15  # the paper's sweep (Fig. 4) goes up to K=15
@@ -78,8 +78,8 @@ def write_multigrained_outputs(teacher: CRFTokenTeacher, windows: Windows, out_d
     surrogates = teacher.surrogate_fn(k)
     transitions = teacher.transitions.numpy()
 
-    def compute_batch(start, end):
-        outputs = add_surrogates(compute_window_outputs(run, windows, start, end), surrogates, transitions)
+    def compute_batch(rows):
+        outputs = add_surrogates(compute_window_outputs(run, windows, rows), surrogates, transitions)
         return outputs if hidden else {key: v for key, v in outputs.items() if key != "hidden"}
 
     keys = ["input_ids", "attention_mask", "label_ids", "logits", "kbest_tags", "marginals",
@@ -87,4 +87,5 @@ def write_multigrained_outputs(teacher: CRFTokenTeacher, windows: Windows, out_d
     layout = window_layout(windows, keys, hidden_dtype, logits_topk)
     layout["dtypes"]["kbest_tags"] = kbest_dtype(len(teacher.tag_vocab))
     return write_sharded(out_dir, len(windows), compute_batch, shard_size=shard_size, batch_size=batch_size,
-                         fingerprint={**fingerprint, "kbest": k}, progress=progress, overwrite=overwrite, **layout)
+                         fingerprint={**fingerprint, "kbest": k}, progress=progress, overwrite=overwrite,
+                         lengths=window_lengths(windows), **layout)

@@ -94,22 +94,22 @@ def _distributed_outputs_fn(teacher, layer: int, distribution):
     return run
 
 
-def compute_window_outputs(run, windows: Windows, start: int, end: int,
+def compute_window_outputs(run, windows: Windows, rows: np.ndarray,
                            first_pieces: bool = False) -> Dict[str, np.ndarray]:
-    """Teacher outputs for windows [start, end), computed on the batch's real length and
+    """Teacher outputs for the windows `rows` (indices), computed on the batch's real length and
     padded back to max_seq_length (padding positions hold zeros); with `first_pieces`, also
     `teacher_mask` (1 at each word's first piece: what a first-piece teacher was trained on)."""
-    ids = windows.input_ids[start:end]
-    mask = windows.attention_mask[start:end]
+    ids = windows.input_ids[rows]
+    mask = windows.attention_mask[rows]
     length = max(1, int(mask.sum(1).max()))
     logits, hidden = run(tf.constant(ids[:, :length]), tf.constant(mask[:, :length]))
     pad = ((0, 0), (0, ids.shape[1] - length), (0, 0))
     # Zero the padding so cached values do not depend on which windows shared a batch.
     real = mask[:, :length, None].astype(np.float32)
-    out = {"input_ids": ids, "attention_mask": mask, "label_ids": windows.label_ids[start:end],
+    out = {"input_ids": ids, "attention_mask": mask, "label_ids": windows.label_ids[rows],
            "logits": np.pad(logits.numpy() * real, pad), "hidden": np.pad(hidden.numpy() * real, pad)}
     if first_pieces:
-        out[TEACHER_MASK] = (windows.word_index[start:end] >= 0).astype(np.int32)
+        out[TEACHER_MASK] = (windows.word_index[rows] >= 0).astype(np.int32)
     return out
 
 
@@ -117,8 +117,10 @@ def write_teacher_outputs(teacher, windows: Windows, out_dir, layer: int, finger
                           shard_size: int = 1000, batch_size: int = 64,
                           hidden_dtype: str = "float16", progress: bool = True,
                           overwrite: bool = False, distribution=None, first_pieces: bool = False,
-                          hidden: bool = True, logits_topk: int = 0) -> dict:
+                          hidden: bool = True, logits_topk: int = 0, group_by_length: bool = True) -> dict:
     """Run the teacher over every window and cache the outputs; resumes a killed run.
+    `group_by_length`: batch each shard's windows by length (`write_sharded`'s `lengths`; the same
+    outputs, to float rounding, for a fraction of the padding work: docs/benchmarks.md 4.1).
     `first_pieces`: the teacher was trained on first pieces only (adds `teacher_mask`).
     `hidden`: store the hidden states (False when no student loss reads them); `hidden_dtype`,
     `logits_topk`: how hidden states and logits are stored (`storage`).
@@ -130,9 +132,15 @@ def write_teacher_outputs(teacher, windows: Windows, out_dir, layer: int, finger
     keys = ["input_ids", "attention_mask", "label_ids", "logits", *(["hidden"] if hidden else []),
             *([TEACHER_MASK] if first_pieces else [])]
 
-    def compute(start: int, end: int) -> Dict[str, np.ndarray]:
-        return {k: v for k, v in compute_window_outputs(run, windows, start, end, first_pieces).items() if k in keys}
+    def compute(rows: np.ndarray) -> Dict[str, np.ndarray]:
+        return {k: v for k, v in compute_window_outputs(run, windows, rows, first_pieces).items() if k in keys}
 
     return write_sharded(out_dir, len(windows), compute, shard_size=shard_size, batch_size=batch_size,
                          fingerprint=fingerprint, progress=progress, overwrite=overwrite,
+                         lengths=window_lengths(windows) if group_by_length else None,
                          **window_layout(windows, keys, hidden_dtype, logits_topk))
+
+
+def window_lengths(windows: Windows) -> np.ndarray:
+    """Each window's real length in pieces (what a batch is trimmed to)."""
+    return np.asarray(windows.attention_mask).sum(1)

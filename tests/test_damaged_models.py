@@ -20,6 +20,7 @@ from test_pipeline import write_conll
 from xtremedistil_tf import damage, stop
 from xtremedistil_tf.errors import ConfigError, DamagedArtifact
 from xtremedistil_tf.export.formats import export
+from xtremedistil_tf.cli.evaluate import evaluate_model
 from xtremedistil_tf.export.predictor import load_serving_fn
 from xtremedistil_tf.transfer.cache import cache_complete, write_sharded
 
@@ -129,6 +130,46 @@ def test_a_damaged_json_of_the_teacher_output_cache_is_one_line_naming_it(tmp_pa
     assert str(info.value).startswith(f"{out / name}: damaged or cut short ({len(text) // 2} bytes: ")
     assert str(info.value).endswith(f"; delete {out} and rerun the same command (the teacher outputs are computed "
                                     "again)")
+
+
+@pytest.fixture(scope="module")
+def portable_exports(healthy):
+    """<root>/ner-onnx and <root>/ner-tflite: the toy student exported for ONNX Runtime and TFLite."""
+    root = healthy.parent / "portable"
+    for fmt in ("onnx", "tflite"):
+        export(healthy / "student", root, fmt=fmt)
+    return root
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "tflite"])
+def test_a_damaged_onnx_or_tflite_model_is_one_line_for_bin_evaluate_and_predict_py(portable_exports, tmp_path, fmt):
+    """A model.onnx / model.tflite cut short (a copy interrupted, a full disk): bin/evaluate's loader and the
+    export's own predict.py name the file and say to export again; the healthy copy serves."""
+    copy = tmp_path / f"ner-{fmt}"
+    shutil.copytree(portable_exports / f"ner-{fmt}", copy)
+    healthy = subprocess.run([sys.executable, str(copy / "predict.py"), str(copy)], input=b"john lives in paris\n",
+                             capture_output=True, timeout=300)
+    assert healthy.returncode == 0 and len(healthy.stdout.splitlines()) == 1, healthy.stderr[-2000:]
+    model = copy / f"model.{fmt}"
+    record = json.loads((copy / "export.json").read_text(encoding="utf-8"))["model_file"]
+    assert record["bytes"] == model.stat().st_size
+    model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    with pytest.raises(DamagedArtifact) as info:
+        evaluate_model(copy, toy_ner_sentences(4, seed=7), "IOB2")
+    assert str(info.value) == (f"{model}: cut short or damaged ({record['bytes'] // 2} bytes; export.json records "
+                               f"{record['bytes']}); {damage.REEXPORT}")
+    served = subprocess.run([sys.executable, str(copy / "predict.py"), str(copy)], input=b"john\n",
+                            capture_output=True, timeout=300)
+    stderr = served.stderr.decode()
+    assert served.returncode == 2 and "Traceback" not in stderr, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == f"error: {info.value}", stderr
+    # The same size, other bytes (a bit flipped on the way): the checksum export.json records finds it.
+    shutil.copyfile(portable_exports / f"ner-{fmt}" / f"model.{fmt}", model)
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    model.write_bytes(bytes(data))
+    with pytest.raises(DamagedArtifact, match=r"damaged \(its SHA-256 differs from the one export.json records"):
+        evaluate_model(copy, toy_ner_sentences(4, seed=7), "IOB2")
 
 
 # ----------------------------------------------------------------------------- the commands (slow: three processes)

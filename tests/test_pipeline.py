@@ -20,7 +20,7 @@ from xtremedistil_tf.methods.multigrained import MultiGrainedConfig
 from xtremedistil_tf.methods.staged import DistilConfig
 from xtremedistil_tf.methods.student_run import evaluate_student, load_student
 from xtremedistil_tf.run import pipeline
-from xtremedistil_tf.run.probes import DEFAULT_PROBES, as_sentence, probe_rows, probe_texts
+from xtremedistil_tf.run.probes import DEFAULT_PROBES, agreement, as_sentence, probe_rows, probe_texts
 from xtremedistil_tf.run.report import write_report
 from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir
 from xtremedistil_tf.students import StudentArch
@@ -363,6 +363,11 @@ def test_report_probes_teacher_beside_student(finished_run, tmp_path):
     assert "[John]PER" in rows[0][1] and "[Paris]LOC" in rows[0][1]   # the toy teacher's test F1 is above 0.8
     assert rows[0][2].replace("[", "").replace("]PER", "").replace("]LOC", "") == rows[0][0]
     assert rows[0][3] == "none" and rows[1][3] == "none"   # the toy corpus is lower case
+    # The student's entities, in its own column, against the teacher's: same characters and type.
+    student = {e for e in ("[John]PER", "[Mary]PER", "[Paris]LOC") if e in rows[0][2]}
+    teacher = {e for e in ("[John]PER", "[Mary]PER", "[Paris]LOC") if e in rows[0][1]}
+    assert rows[0][4] == f"{len(student & teacher)} of {rows[0][1].count(']')}"
+    assert agreement(rows)[1] == rows[0][1].count("]") + rows[1][1].count("]")
     assert list(as_sentence("Paris.").tokens) == ["Paris", "."]
     report = write_report(cfg.work_dir, probes_file=str(probes)).read_text(encoding="utf-8")
     assert "## Probe sentences" in report and rows[0][1] in report

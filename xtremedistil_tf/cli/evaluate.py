@@ -52,8 +52,8 @@ from xtremedistil_tf.data.schemes import normalize_scheme
 from xtremedistil_tf.data.scoring import char_spans, score_by_language, span_scores
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import DEFAULT_WORD_SPLIT, apply_word_split
-from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.export.portable import Predictor
+from xtremedistil_tf.errors import ConfigError, DamagedArtifact
+from xtremedistil_tf.export.portable import DamagedModel, Predictor
 from xtremedistil_tf.export.predictor import load_serving_fn, predict, saved_model_dir
 from xtremedistil_tf.export.serving import exported_decode
 from xtremedistil_tf.io import atomic_write_json, read_json, say_if_blocking
@@ -248,7 +248,11 @@ def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, por
         raise ConfigError(f"{path} tags tokens; score it on tagged data, not --data_format=label_tsv")
     texts = [s.raw_text for s in sentences]
     if portable:
-        records = Predictor(path).predict(texts)
+        try:
+            predictor = Predictor(path)
+        except DamagedModel as e:   # the model file against export.json's record, or its runtime's refusal
+            raise DamagedArtifact(f"{e}; {REEXPORT}") from e
+        records = predictor.predict(texts)
     else:
         records = predict(load_serving_fn(path), texts)
     gold = [char_spans(s, s.tags, scheme) for s in sentences]

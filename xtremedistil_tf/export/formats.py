@@ -37,7 +37,7 @@ from tokenizers import BertWordPieceTokenizer
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 from xtremedistil_tf.data.wordsplit import save_splitter
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.export import bfloat16
+from xtremedistil_tf.export import bfloat16, portable
 from xtremedistil_tf.export.serving import NerServing, export_student, tag_tables
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
 from xtremedistil_tf.students.artifact import special_pieces
@@ -67,6 +67,11 @@ def check_format(fmt: str, quantize: str, cpuinfo: str = "/proc/cpuinfo") -> Non
                           f"{', '.join(SUPPORTED[fmt])})")
     if quantize == "bfloat16":
         bfloat16.check_cpu(cpuinfo)
+
+
+def file_record(path) -> dict:
+    """{"bytes", "sha256"} of a file as written: export.json's record of its model file (portable.check_model_file)."""
+    return {"bytes": Path(path).stat().st_size, "sha256": portable.sha256_of(path)}
 
 
 def portable_dir(export_dir, name: str, fmt: str, quantize: str) -> Path:
@@ -333,6 +338,8 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
             meta["special_ids"] = {k: module.vocab.index(special[k]) for k in ("cls", "sep", "pad", "unk")}
         else:
             meta.update(teacher_tokenizer(Path(student_dir), tmp))
+        # What predict.py and bin/evaluate check before a runtime reads the file (a copy cut short or damaged).
+        meta["model_file"] = file_record(tmp / MODEL_FILES[fmt])
         atomic_write_json(tmp / "export.json", meta)
         shutil.copyfile(Path(__file__).with_name("portable.py"), tmp / "predict.py")
     return Exported(target, target / MODEL_FILES[fmt], module)

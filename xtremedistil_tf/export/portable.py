@@ -21,6 +21,7 @@ scheme allows, or "argmax"), the steps of xtremedistil_tf/crf/decoding.py in Num
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -93,6 +94,45 @@ def marginals(potentials: np.ndarray, transitions: np.ndarray) -> np.ndarray:
         beta[t] = _logsumexp(transitions + (potentials[t + 1] + beta[t + 1])[None, :], 1)
     log_z = _logsumexp(alpha[-1], 0)
     return np.exp(alpha + beta - log_z)
+
+
+class DamagedModel(Exception):
+    """The export's model file is missing, differs from what export.json recorded of it, or its runtime cannot
+    load it (a copy cut short, a full disk): `str()` is "<file>: <what is wrong>"; the caller says what to do."""
+
+    def __init__(self, path: Path, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path, self.problem = path, problem
+
+
+def sha256_of(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def model_file_problem(path: Path, record: Optional[dict]) -> Optional[str]:
+    """What is wrong with the model file against export.json's record of it ({"bytes", "sha256"}, written with
+    it; exports older than the record are not checked), or None. A runtime handed a file cut short can crash the
+    process (TFLite's interpreter), so this runs first."""
+    if not path.is_file():
+        return "missing"
+    size = path.stat().st_size
+    if record is None:
+        return "empty (0 bytes)" if size == 0 else None
+    if size != record["bytes"]:
+        return f"cut short or damaged ({size} bytes; export.json records {record['bytes']})"
+    if sha256_of(path) != record["sha256"]:
+        return f"damaged (its SHA-256 differs from the one export.json records; {size} bytes)"
+    return None
+
+
+def check_model_file(path: Path, record: Optional[dict]) -> None:
+    problem = model_file_problem(path, record)
+    if problem is not None:
+        raise DamagedModel(path, problem)
 
 
 class _OnnxRunner:
@@ -189,12 +229,18 @@ class Predictor(Tokenization):
         self.budget = meta["window"] - 2 if meta["window"] else None
         self.transitions = np.array(meta["transitions"], np.float32) if meta["transitions"] else None
         path = directory / meta["model"]
-        if meta["format"] == "onnx":
-            self.run = _OnnxRunner(path, threads)
-        elif meta["format"] == "tflite":
-            self.run = _TfliteRunner(path, meta["lengths"], threads)
-        else:
+        if meta["format"] not in ("onnx", "tflite"):
             raise ValueError(f"{directory}/export.json: unknown format {meta['format']!r}")
+        check_model_file(path, meta.get("model_file"))
+        try:
+            if meta["format"] == "onnx":
+                self.run = _OnnxRunner(path, threads)
+            else:
+                self.run = _TfliteRunner(path, meta["lengths"], threads)
+        except Exception as e:  # the runtime's own error for a model file it cannot read
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise DamagedModel(path, f"{meta['format']} runtime cannot load it ({path.stat().st_size} bytes: "
+                                     f"{first})") from e
 
     def windows(self, texts: Sequence[str]):
         """(input_ids [C, L] int32, attention_mask [C, L] int32, per text: (pieces, words, first window))."""
@@ -327,7 +373,11 @@ def main(argv: Sequence[str]) -> int:
     if len(argv) != 2:
         print(f"usage: python {Path(argv[0]).name} <export dir> < texts (one a line)", file=sys.stderr)
         return 2
-    predictor = load(argv[1])
+    try:
+        predictor = load(argv[1])
+    except DamagedModel as e:
+        print(f"error: {e}; export it again: bin/export with --overwrite", file=sys.stderr)
+        return 2
     lines = read_lines(sys.stdin.buffer.read(), "<stdin>")
     for record in predictor.predict(lines):
         print(json.dumps(record, ensure_ascii=False), flush=True)

@@ -72,8 +72,9 @@ def _markup(sentence: Sentence, tags: Sequence[str], scheme: str) -> str:
 
 
 def probe_rows(work_dir, probes_file: Optional[str] = None) -> List[List[str]]:
-    """[text, teacher's entities, student's entities, capitalised words the train split holds] per probe; [] when the
-    work dir has no tagging teacher and student."""
+    """[text, teacher's entities, student's entities, capitalised words the train split holds, "k of n": the
+    teacher's n entities of which the student finds k, same span and type] per probe; [] when the work dir has no
+    tagging teacher and student."""
     work_dir = Path(work_dir)
     teacher_dir, student_dir = work_dir / "teacher" / "model", work_dir / "student"
     if not (teacher_dir / "teacher.json").exists() or not (student_dir / "student.json").exists():
@@ -96,6 +97,14 @@ def probe_rows(work_dir, probes_file: Optional[str] = None) -> List[List[str]]:
     rows = []
     for sentence, t, s in zip(sentences, teacher_tags, student_tags):
         known = sorted({w for w in sentence.tokens if w[:1].isupper() and w in seen})
+        found = set(char_spans(sentence, t, meta.scheme))
         rows.append([sentence.raw_text, _markup(sentence, t, meta.scheme), _markup(sentence, s, meta.scheme),
-                     ", ".join(known) or "none"])
+                     ", ".join(known) or "none", f"{len(found & set(char_spans(sentence, s, meta.scheme)))} of "
+                                                 f"{len(found)}"])
     return rows
+
+
+def agreement(rows: Sequence[Sequence[str]]) -> tuple:
+    """(entities of the teacher the student finds too, the teacher's entities) over `probe_rows`' rows."""
+    counts = [tuple(int(n) for n in row[4].split(" of ")) for row in rows]
+    return sum(k for k, _ in counts), sum(n for _, n in counts)

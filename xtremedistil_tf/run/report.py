@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores  # noqa: E402
 from xtremedistil_tf.io import atomic_dir, atomic_write_text, dir_size, markdown_table as _table, read_json  # noqa: E402
-from xtremedistil_tf.run.probes import probe_rows  # noqa: E402
+from xtremedistil_tf.run.probes import agreement, probe_rows  # noqa: E402
 
 PLOTS_DIR = "report_plots"
 
@@ -359,9 +359,13 @@ def write_report(work_dir, latency_json=None, probes_file=None) -> Path:
                   "Each text in the served word split, tagged by the teacher (decoded as the students are) and by the "
                   "student: where they differ, the student has not learned what its teacher knows of names it never "
                   "saw (more unlabeled transfer text is the papers' remedy). The last column lists the capitalised "
-                  "words of the text that the train split does hold. `bin/report --probes=<file>` (one raw text a "
+                  "words of the text that the train split does hold, the last how many of the teacher's entities the "
+                  "student finds too (same characters, same type). `bin/report --probes=<file>` (one raw text a "
                   "line) probes others.", ""]
-        lines += _table(["text", "teacher", "student", "capitalised words in train"], probes)
+        both, teacher_entities = agreement(probes)
+        lines += _table(["text", "teacher", "student", "capitalised words in train", "student finds"], probes)
+        lines += ["", f"The student finds {both} of the teacher's {teacher_entities} entities in these sentences"
+                      + (f" ({both / teacher_entities:.0%})." if teacher_entities else ".")]
     path = work_dir / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -20,16 +20,24 @@ $(STAMP): requirements.txt setup.py
 
 install: $(STAMP)
 
-# The demo (configs/demo.flags says what it trains on and why): train the teacher and the student, export the
+# The demo (configs/demo.flags says what it trains on and why): write its unlabeled transfer text (20,000 sentences
+# of BBC news, bin/transfer_text; kept once written), train the teacher and the student, export the
 # student for TF Serving, score the export on the raw text of the held-out tweets and show three it serves right and
 # one it serves wrong (gold beside served), time the exported student against its teacher (TensorFlow and ONNX
 # Runtime int8, batch 1 and 32, one thread each: a few seconds), then the run's one summary (scores, ratios, sizes,
 # speed, report.md with its probe sentences, how to serve the export). DEMO_DIR and DEMO_FLAGS (more bin/train flags)
-# are for a quick check of the same steps (tests/test_demo.py).
+# are for a quick check of the same steps (tests/test_demo.py), DEMO_TEXT and DEMO_TEXT_SENTENCES for another
+# transfer text.
 DEMO_DIR ?= runs/demo
 DEMO_FLAGS ?=
-demo: $(STAMP)
-	$(PY) bin/train --flagfile=configs/demo.flags --work_dir=$(DEMO_DIR) --nosummary $(DEMO_FLAGS)
+DEMO_TEXT ?= runs/text/bbc20000.txt
+DEMO_TEXT_SENTENCES ?= 20000
+$(DEMO_TEXT): | $(STAMP)
+	$(PY) bin/transfer_text --source=bbc --output=$@ --max_sentences=$(DEMO_TEXT_SENTENCES)
+
+demo: $(STAMP) $(DEMO_TEXT)
+	$(PY) bin/train --flagfile=configs/demo.flags --transfer_file=$(DEMO_TEXT) --work_dir=$(DEMO_DIR) --nosummary \
+	    $(DEMO_FLAGS)
 	$(PY) bin/export --work_dir=$(DEMO_DIR) --version=1 --overwrite
 	$(PY) bin/evaluate --model=$(DEMO_DIR)/export/ner --data_format=demo --seed=42 --examples=3
 	@echo "timing the exported student against its teacher (bin/benchmark deployed, a few seconds) ..."

@@ -17,7 +17,8 @@ def test_make_demo_on_a_tiny_slice(tmp_path, tiny_bert_dir):
              "--max_eval_sentences=40 --student_embedding_dim=8 --student_hidden=8 "
              "--epochs_per_layer=1 --no_progress")
     out = subprocess.run(["make", "--no-print-directory", "demo", f"PY={sys.executable}", f"STAMP={stamp}",
-                          f"DEMO_DIR={work}", f"DEMO_FLAGS={flags}"], cwd=REPO, capture_output=True, text=True,
+                          f"DEMO_DIR={work}", f"DEMO_FLAGS={flags}", f"DEMO_TEXT={tmp_path / 'bbc.txt'}",
+                          "DEMO_TEXT_SENTENCES=300"], cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     lines = out.stdout.splitlines()
@@ -30,6 +31,9 @@ def test_make_demo_on_a_tiny_slice(tmp_path, tiny_bert_dir):
                   "serve it with TF Serving: "):
         assert sum(line.startswith(start) for line in printed) == 1, (start, printed)
     assert sum(" test sentences served right (of " in line for line in printed) == 1
+    # The unlabeled news written first (bin/transfer_text) is part of the student's transfer set.
+    assert len((tmp_path / "bbc.txt").read_text(encoding="utf-8").splitlines()) == 300
+    assert '"transfer_file"' in (work / "data" / "step.json").read_text(encoding="utf-8")
     assert (work / "deployed.json").exists() and (work / "export" / "ner" / "1" / "saved_model.pb").exists()
     # The summary's speed table is the benchmark's own (deployed.json, which bin/benchmark deployed also printed).
     assert [line for line in printed if line.startswith("  TensorFlow (SavedModel)")][0] in \

@@ -22,7 +22,8 @@ from xtremedistil_tf.export.serving import export_student
 from xtremedistil_tf.export.teacher import export_teacher, teacher_function
 from xtremedistil_tf.export.words import WordPieces
 from xtremedistil_tf.run import pipeline
-from xtremedistil_tf.students.artifact import read_config, special_pieces
+from xtremedistil_tf.students.artifact import check_specials, read_config, special_pieces
+from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.teachers.families import WORDPIECE, tokenizer_family
 from xtremedistil_tf.teachers.model import load_tokenizer
 from xtremedistil_tf.teachers.saved import load_teacher
@@ -33,10 +34,12 @@ WORDS = ["the", "in", "of", "to", "and", "at", "on", "is", "was", "paris", "berl
 
 @pytest.fixture(scope="module")
 def mpnet_dir(tmp_path_factory):
-    """A tiny MPNet: its tokenizer (MPNet's specials at MPNet's ids: <s>=0, <pad>=1, </s>=2) and config, no weights."""
+    """A tiny MPNet: its tokenizer (MPNet's specials at MPNet's ids: <s>=0, <pad>=1, </s>=2) and config, no weights.
+    Like all-mpnet-base-v2's, the vocabulary also holds BERT's [PAD] [CLS] [SEP] [MASK] after MPNet's own, which its
+    tokenizer does not use."""
     directory = tmp_path_factory.mktemp("mpnet")
-    vocab = ["<s>", "<pad>", "</s>", "[UNK]", "<mask>", ".", ",", "-"] + LETTERS + ["##" + c for c in LETTERS] + \
-        WORDS + [str(d) for d in range(10)] + ["##" + str(d) for d in range(10)]
+    vocab = ["<s>", "<pad>", "</s>", "<unk>", "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<mask>", ".", ",", "-"] + \
+        LETTERS + ["##" + c for c in LETTERS] + WORDS + [str(d) for d in range(10)] + ["##" + str(d) for d in range(10)]
     (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     MPNetTokenizerFast(vocab_file=str(directory / "vocab.txt"), do_lower_case=True).save_pretrained(str(directory))
     MPNetConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -57,6 +60,16 @@ def test_mpnet_pieces_and_specials_are_its_own(mpnet_dir):
     words = ["John", "Berlin", "Zürich", "xyz", "paris", "42", "ß", "😀"]
     pieces = served.pieces(tf.constant(words)).to_list()
     assert pieces == [tokenizer(w, add_special_tokens=False).input_ids or [tokenizer.unk_token_id] for w in words]
+
+
+def test_the_served_markers_must_be_the_ones_the_students_tokenizer_declares(mpnet_dir, tmp_path):
+    vocab = (mpnet_dir / "vocab.txt").read_text(encoding="utf-8").split()
+    check_specials(vocab, mpnet_dir)   # MPNet's tokenizer declares <s> </s> <pad> [UNK]: what special_pieces gives
+    declared = json.loads((mpnet_dir / "special_tokens_map.json").read_text(encoding="utf-8"))
+    declared["cls_token"] = "[CLS]"
+    (tmp_path / "special_tokens_map.json").write_text(json.dumps(declared), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"declares cls '\[CLS\]' but the vocabulary's markers would be '<s>'"):
+        check_specials(vocab, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +122,9 @@ def test_mpnet_student_saved_model_serves_the_student_dirs_entities_in_a_fresh_p
 def test_mpnet_student_portable_predict_gives_the_student_dirs_entities(mpnet_student, tmp_path, fmt):
     student_dir, texts, expected = mpnet_student
     exported, served = portable_export(student_dir, tmp_path, fmt, texts)
+    # MPNet's own <s> </s> <pad> and [UNK], not the [CLS] [SEP] [PAD] its vocabulary also holds (6, 7, 4).
     assert json.loads((exported.directory / "export.json").read_text())["special_ids"] == \
-        {"cls": 0, "sep": 2, "pad": 1, "unk": 3}
+        {"cls": 0, "sep": 2, "pad": 1, "unk": 5}
     _assert_same_entities(portable.load(exported.directory).predict(served),
                           [record for record in expected if record["text"] in served])
 

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -92,12 +93,16 @@ WORDPIECE_SPECIALS = ({"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[
 
 
 def special_pieces(pieces: Sequence[str], path="the vocabulary") -> Dict[str, str]:
-    """{"cls", "sep", "pad", "unk", "mask"} -> piece of the first WORDPIECE_SPECIALS convention whose cls, sep, pad
-    and unk pieces `pieces` all hold (mask may be absent); a ConfigError naming `path` when none does."""
+    """{"cls", "sep", "pad", "unk", "mask"} -> piece of the WORDPIECE_SPECIALS convention whose cls, sep, pad and
+    unk pieces `pieces` all hold (mask may be absent); of several, the one whose cls comes first: MPNet's vocabulary
+    is BERT's with its own <s> <pad> </s> <unk> put before it, and its tokenizer reads those, not the [CLS] and
+    [SEP] it still holds at 101-102 (`check_specials` checks the choice against the tokenizer's own). A ConfigError
+    naming `path` when none does."""
+    index = {piece: i for i, piece in reversed(list(enumerate(pieces)))}
+    held = [names for names in WORDPIECE_SPECIALS if all(names[k] in index for k in ("cls", "sep", "pad", "unk"))]
+    if held:
+        return min(held, key=lambda names: index[names["cls"]])
     held = set(pieces)
-    for names in WORDPIECE_SPECIALS:
-        if all(names[k] in held for k in ("cls", "sep", "pad", "unk")):
-            return names
     missing = [p for p in ("[UNK]", "[CLS]", "[SEP]", "[PAD]") if p not in held]
     raise ConfigError(f"{path} lacks the special pieces {missing} (or MPNet's <s>, </s>, <pad> and [UNK])")
 
@@ -110,6 +115,24 @@ def read_vocab(path) -> List[str]:
     pieces = [p.rstrip("\r") for p in pieces]
     special_pieces(pieces, path)
     return pieces
+
+
+def check_specials(pieces: Sequence[str], tokenizer_dir) -> None:
+    """The special pieces the served tokenizer uses (`special_pieces`) against those the student's tokenizer
+    declares (tokenizer_dir/special_tokens_map.json, when there): a ConfigError naming both when they differ, so
+    that an export never wraps windows in other markers than the student was trained on."""
+    path = Path(tokenizer_dir) / "special_tokens_map.json"
+    if not path.is_file():
+        return
+    declared = {k[: -len("_token")]: v["content"] if isinstance(v, dict) else v
+                for k, v in json.loads(path.read_text(encoding="utf-8")).items()
+                if k in ("cls_token", "sep_token", "pad_token", "unk_token")}
+    chosen = special_pieces(pieces)
+    differ = {k: (chosen[k], v) for k, v in declared.items() if chosen[k] != v}
+    if differ:
+        raise ConfigError(f"{path} declares " + ", ".join(f"{k} {v!r}" for k, (_, v) in differ.items())
+                          + " but the vocabulary's markers would be " + ", ".join(f"{c!r}" for c, _ in differ.values())
+                          + "; the served tokenizer must use the pieces the student was trained with")
 
 
 def sentencepiece_model(student_dir, tokenizer) -> Path:
@@ -170,6 +193,8 @@ def load_student_dir(student_dir):
     config = read_config(student_dir)
     with reading(student_dir, RETRAIN):   # a damaged or missing file named in one line
         vocab = read_vocab(student_dir / "vocab.txt") if config.tokenizer_family == WORDPIECE else None
+        if vocab is not None:
+            check_specials(vocab, student_dir / "tokenizer")
         model = tf.keras.models.load_model(student_dir / "model", compile=False)
     return model, config, vocab
 

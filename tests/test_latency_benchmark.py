@@ -63,6 +63,9 @@ def test_parse_students_and_teacher_config(tmp_path):
     path = tmp_path / "teacher.json"
     path.write_text(json.dumps(TINY_TEACHER))
     assert latency.teacher_config(str(path)).hidden_size == 16
+    assert latency.teacher_config(str(path)).model_type == "bert"
+    path.write_text(json.dumps({**TINY_TEACHER, "model_type": "mpnet"}))   # a model's own config.json
+    assert type(latency.teacher_config(str(path))).__name__ == "MPNetConfig"
 
 
 @pytest.mark.slow  # end to end: CI runs it (Makefile CI_SLOW_TESTS)

@@ -6,7 +6,7 @@ compression and speedup. Both models are served the same way: `tf.function` conc
 over int32 `input_ids`/`attention_mask` [B, T] returning tag probabilities, with and without XLA.
 
 Models are randomly initialised (latency and size do not depend on the weights): the teacher from
-`--teacher_config` (a name in TEACHER_CONFIGS, a JSON object or a JSON file of BertConfig fields),
+`--teacher_config` (a name in TEACHER_CONFIGS, a JSON object or a JSON file of config fields: BERT unless `model_type` names another, e.g. a model's own config.json),
 the students from `--students` as ExH pairs, with `--student_heads_on` (projection: the task heads
 read the GELU projection, the default of training; states: they read the BiLSTM states and the
 projection is training-only) and `--student_vocab_size` word pieces (0: the teacher's; fewer models
@@ -41,7 +41,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 from absl import flags
-from transformers import BertConfig, TFAutoModel
+from transformers import AutoConfig, TFAutoModel
 
 from xtremedistil_tf.benchmarks import peers
 from xtremedistil_tf.benchmarks.peers import set_tensorflow_threads
@@ -64,7 +64,7 @@ def define_flags() -> None:
     bin/evaluate's --output_json) is shared rather than defined twice in one process.
     """
     definitions = [
-        ("teacher_config", "mbert-base", "latency: teacher BertConfig: a name (mbert-base), a JSON object or a JSON file."),
+        ("teacher_config", "mbert-base", "latency: teacher config: a name (mbert-base), a JSON object or a JSON file (a model's config.json: its model_type, else BERT)."),
         ("students", "50x200,100x400,300x600", "latency: student (E, H) pairs as ExH, comma-separated (paper Table 16)."),
         ("output_json", "", "Also write the results here (JSON, written atomically; bin/report reads latency results)."),
         ("student_heads_on", "projection", f"latency: what the students' task heads read, one of {HEADS_ON} "
@@ -97,14 +97,16 @@ DEFAULT_REPEATS = 1  # passes when --repeats is not given: one teacher pass at b
 
 
 def teacher_config(spec: str):
-    """BertConfig from a name in TEACHER_CONFIGS, a JSON object, or the path of a JSON file."""
+    """The teacher's config from a name in TEACHER_CONFIGS, a JSON object, or the path of a JSON file (a model's
+    config.json): of its `model_type` (e.g. mpnet: the architecture itself, relative position bias and all), BERT
+    when it names none."""
     if spec in TEACHER_CONFIGS:
-        fields = TEACHER_CONFIGS[spec]
+        fields = dict(TEACHER_CONFIGS[spec])
     elif spec.lstrip().startswith("{"):
         fields = json.loads(spec)
     else:
         fields = json.loads(Path(spec).read_text(encoding="utf-8"))
-    return BertConfig(**fields)
+    return AutoConfig.for_model(fields.pop("model_type", "bert"), **fields)
 
 
 def build_teacher(config, seq_length: int):

@@ -141,6 +141,7 @@ def portable_exports(healthy):
     return root
 
 
+@pytest.mark.slow   # two conversions and four predict.py processes (about a minute); in CI's slow subset
 @pytest.mark.parametrize("fmt", ["onnx", "tflite"])
 def test_a_damaged_onnx_or_tflite_model_is_one_line_for_bin_evaluate_and_predict_py(portable_exports, tmp_path, fmt):
     """A model.onnx / model.tflite cut short (a copy interrupted, a full disk): bin/evaluate's loader and the

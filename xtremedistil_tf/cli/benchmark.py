@@ -98,6 +98,7 @@ SUBCOMMANDS = (
     ("deployed", "a work dir's own teacher and student in TensorFlow and ONNX Runtime int8, batch 1 and 32, interleaved"),
     ("formats", "each export format and quantization: size, parameters, F1, latency, peak RSS"),
     ("latency", "teacher and student inference latency at batch 1 and 32 (the paper's speedups)"),
+    ("lengths", "the teacher's fine-tuning and cache per teacher, batches in order against grouped by length"),
     ("memory", "peak RSS of student training against the transfer-set size"),
     ("precision", "one training step under float32, mixed_bfloat16 and mixed_float16"),
     ("served_text", "the SavedModel's text-in signature at batch 1, stage by stage (tokens, windows, student, tags, spans)"),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import zlib
 import signal
 import subprocess
 import sys
@@ -225,9 +226,21 @@ def test_failed_run_leaves_no_tmp_and_rerun_removes_a_killed_writers(reference, 
 
 def test_damaged_complete_cache_recomputes_only_damaged_shards(reference, tmp_path):
     shutil.copytree(reference, tmp_path, dirs_exist_ok=True)
+    manifest = cache.load_manifest(tmp_path)
+    assert [s["crc32"] for s in manifest["shards"]] == [zlib.crc32(p.read_bytes()) for p in shard_paths(reference)]
+    assert cache.damaged_shards(tmp_path) == []
     (tmp_path / "shard-00001-of-00005.tfrecord").unlink()
     truncated = tmp_path / "shard-00003-of-00005.tfrecord"
     truncated.write_bytes(truncated.read_bytes()[:-10])
+    flipped = tmp_path / "shard-00004-of-00005.tfrecord"   # same size, one byte changed (a bad disk, a bad copy)
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    flipped.write_bytes(bytes(data))
+    size = manifest["shards"][3]["bytes"]
+    assert cache.damaged_shards(tmp_path) == [
+        (tmp_path / "shard-00001-of-00005.tfrecord", "missing"),
+        (truncated, f"cut short or damaged ({size - 10:,} bytes; manifest.json records {size:,})"),
+        (flipped, "damaged (its CRC-32 differs from the one manifest.json records)")]
     assert not cache.cache_complete(tmp_path, FP)
     computed = []
 
@@ -236,7 +249,7 @@ def test_damaged_complete_cache_recomputes_only_damaged_shards(reference, tmp_pa
         return compute_batch(rows)
 
     write(tmp_path, recording)
-    assert sorted(set(s // SHARD for s in computed)) == [1, 3]
+    assert sorted(set(s // SHARD for s in computed)) == [1, 3, 4]
     for mine, ref in zip(shard_paths(tmp_path), shard_paths(reference), strict=True):
         assert mine.read_bytes() == ref.read_bytes(), mine.name
     assert cache.cache_complete(tmp_path, FP)

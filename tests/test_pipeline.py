@@ -1,4 +1,5 @@
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ from xtremedistil_tf.students import StudentArch
 from xtremedistil_tf.teachers import finetune
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, evaluate_teacher
 from xtremedistil_tf.teachers.saved import load_teacher
-from xtremedistil_tf.transfer.cache import read_arrays, read_sharded
+from xtremedistil_tf.transfer.cache import damaged_shards, read_arrays, read_sharded
 
 
 def write_conll(path, sentences):
@@ -189,6 +190,30 @@ def test_rerun_skips_finished_steps(finished_run):
     stamp = os.stat(os.path.join(cfg.work_dir, "teacher", "model", "head.npz")).st_mtime_ns
     pipeline.run(cfg)
     assert os.stat(os.path.join(cfg.work_dir, "teacher", "model", "head.npz")).st_mtime_ns == stamp
+
+
+def test_a_damaged_shard_of_a_finished_transfer_step_is_named_and_computed_again(finished_run, tmp_path, caplog):
+    """A shard of the teacher-output cache whose bytes changed in place (same size: a bad disk or copy) would stop a
+    student hours in with TensorFlow's 'corrupted record'; a rerun names it in one line and recomputes just it."""
+    cfg, _ = finished_run
+    work = tmp_path / "work"
+    shutil.copytree(cfg.work_dir, work, ignore=lambda d, names: [".lock"] if Path(d) == Path(cfg.work_dir) else [])
+    shards = sorted((work / "transfer").glob("shard-*.tfrecord"))
+    assert len(shards) >= 2
+    shard, healthy = shards[1], shards[1].read_bytes()
+    data = bytearray(healthy)
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    others = {p: p.stat().st_mtime_ns for p in shards if p != shard}
+    teacher = (work / "teacher" / "step.json").stat().st_mtime_ns
+    with caplog.at_level(logging.WARNING, logger="xtremedistil_tf.run.pipeline"):
+        pipeline.run(replace(cfg, work_dir=str(work)))
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("xtremedistil_tf")] == [
+        f"{shard}: damaged (its CRC-32 differs from the one manifest.json records); computing it again"]
+    assert shard.read_bytes() == healthy                                   # recomputed: the same bytes again
+    assert {p: p.stat().st_mtime_ns for p in others} == others             # the whole shards were kept
+    assert (work / "teacher" / "step.json").stat().st_mtime_ns == teacher  # and the teacher
+    assert damaged_shards(work / "transfer") == []
 
 
 def test_work_dir_of_another_config_is_refused(finished_run, toy_corpus, tiny_bert_dir):

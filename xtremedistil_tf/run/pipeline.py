@@ -87,7 +87,7 @@ from xtremedistil_tf.teachers.pretrained import (
     resolve_teacher_path,
 )
 from xtremedistil_tf.teachers.saved import load_teacher
-from xtremedistil_tf.transfer.cache import FORMAT_VERSION, check_format, worker_part
+from xtremedistil_tf.transfer.cache import FORMAT_VERSION, MANIFEST, check_format, damaged_shards, worker_part
 from xtremedistil_tf.transfer.classification import write_sequence_outputs
 from xtremedistil_tf.transfer.multigrained import write_multigrained_outputs
 from xtremedistil_tf.transfer.outputs import write_teacher_outputs
@@ -457,8 +457,10 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
     if not cfg.transfer.hidden:
         with_hidden = transfer_fingerprint(replace(cfg, transfer=replace(cfg.transfer, hidden=True)), upstream)
         if work.stored("transfer").get("hash") == fingerprint_hash(with_hidden):
-            return with_hidden
-    if work.is_done("transfer", fingerprint):
+            if not _damaged_caches(work):
+                return with_hidden
+            cfg, fingerprint = replace(cfg, transfer=replace(cfg.transfer, hidden=True)), with_hidden
+    if work.is_done("transfer", fingerprint) and not _damaged_caches(work):
         return fingerprint
 
     if part[1] > 1:
@@ -482,6 +484,17 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
     info["train_windows"] = int((sentence_index < len(train)).sum())
     work.mark_done("transfer", fingerprint, info)
     return fingerprint
+
+
+def _damaged_caches(work: WorkDir) -> bool:
+    """Whether a shard of the finished transfer step's caches is not as their manifests recorded it (missing, cut
+    short, bytes changed in place), each such shard named in one line; the step then runs again and computes just
+    those shards (transfer/cache.py reopens a damaged cache), so no student trains on a damaged one."""
+    damaged = [found for name in ("transfer", "transfer_dev") if (work.path(name) / MANIFEST).is_file()
+               for found in damaged_shards(work.path(name))]
+    for path, problem in damaged:
+        log.warning("%s: %s; computing it again", path, problem)
+    return bool(damaged)
 
 
 def _wait_for_step(work: WorkDir, name: str, fingerprint: dict) -> None:

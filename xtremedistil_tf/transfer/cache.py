@@ -37,6 +37,7 @@ import os
 import re
 import threading
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Optional
@@ -300,10 +301,40 @@ def _join(out_dir: Path, identity: dict, overwrite: bool, part: Part) -> Optiona
         wait()
 
 
+def crc32_of(path: Path) -> int:
+    """The CRC-32 of a file's bytes (zlib's; about 1 s per GB here, a quarter of SHA-256's time: it finds
+    damage, not tampering)."""
+    crc = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def shard_problem(path: Path, record: dict) -> Optional[str]:
+    """What is wrong with a complete cache's shard against its manifest entry (missing, another size, or,
+    where the manifest records one, another CRC-32: bytes changed in place); None when it is whole."""
+    if not path.is_file():
+        return "missing"
+    size = path.stat().st_size
+    if size != record["bytes"]:
+        return f"cut short or damaged ({size:,} bytes; manifest.json records {record['bytes']:,})"
+    if "crc32" in record and crc32_of(path) != record["crc32"]:
+        return "damaged (its CRC-32 differs from the one manifest.json records)"
+    return None
+
+
+def damaged_shards(out_dir: str | os.PathLike, manifest: Optional[dict] = None) -> list[tuple[Path, str]]:
+    """(shard, what is wrong) for each shard of the complete cache in ``out_dir`` that is not as its manifest
+    recorded it (`shard_problem`); reads every shard once."""
+    out_dir = Path(out_dir)
+    manifest = load_manifest(out_dir) if manifest is None else manifest
+    found = [(out_dir / s["file"], shard_problem(out_dir / s["file"], s)) for s in manifest["shards"]]
+    return [(path, problem) for path, problem in found if problem is not None]
+
+
 def _damaged_shards(out_dir: Path, manifest: dict) -> list[Path]:
-    """Shards of a complete cache that are missing or not the size the manifest recorded."""
-    paths = [(out_dir / s["file"], s["bytes"]) for s in manifest["shards"]]
-    return [p for p, size in paths if not p.is_file() or p.stat().st_size != size]
+    return [path for path, _ in damaged_shards(out_dir, manifest)]
 
 
 def _reopen(out_dir: Path, manifest: dict, identity: dict) -> None:
@@ -716,7 +747,7 @@ def _write_manifest(out_dir: Path, identity: dict, features: dict,
     for i, (start, end) in enumerate(bounds):
         name = shard_name(i, len(bounds))
         shards.append({"file": name, "num_examples": end - start,
-                       "bytes": (out_dir / name).stat().st_size})
+                       "bytes": (out_dir / name).stat().st_size, "crc32": crc32_of(out_dir / name)})
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "encoding": "one tf.train.Example per example; one bytes feature per key holding the "
@@ -770,7 +801,7 @@ def _check_format(out_dir: Path, manifest: dict) -> None:
 
 def cache_complete(out_dir: str | os.PathLike, fingerprint: dict) -> bool:
     """True if ``out_dir`` holds a complete cache for ``fingerprint`` with every shard
-    present at its recorded size."""
+    present at its recorded size and CRC-32."""
     out_dir = Path(out_dir)
     try:
         manifest = load_manifest(out_dir)

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from xtremedistil_tf.methods.multigrained import MultiGrainedConfig
 from xtremedistil_tf.methods.staged import DistilConfig
 from xtremedistil_tf.methods.student_run import evaluate_student, load_student
 from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.run import probes as probes_module
 from xtremedistil_tf.run.probes import DEFAULT_PROBES, agreement, as_sentence, probe_rows, probe_texts
 from xtremedistil_tf.run.report import write_report
 from xtremedistil_tf.run.workdir import STEP_FILE, WorkDir
@@ -398,6 +400,28 @@ def test_report_probes_teacher_beside_student(finished_run, tmp_path):
     report = write_report(cfg.work_dir, probes_file=str(probes)).read_text(encoding="utf-8")
     assert "## Probe sentences" in report and rows[0][1] in report
     assert probe_texts(Path(cfg.work_dir)) == [("en", text) for text in DEFAULT_PROBES["en"]]
+
+
+def test_probe_rows_are_kept_until_a_step_or_the_probes_change(finished_run, tmp_path, monkeypatch):
+    """`bin/report` after `bin/train` (make demo) keeps the probe rows bin/train computed: no model is loaded again;
+    other probes, or a step made again (a new step.json, even with the same settings), compute them afresh."""
+    cfg, _ = finished_run
+    work = tmp_path / "work"
+    shutil.copytree(cfg.work_dir, work, ignore=lambda d, names: [".lock"] if Path(d) == Path(cfg.work_dir) else [])
+    (work / "probes.json").unlink(missing_ok=True)
+    probes = tmp_path / "probes.txt"
+    probes.write_text("John met Mary in Paris.\n", encoding="utf-8")
+    rows = probe_rows(work, str(probes))
+    loads = []
+    real = probes_module.load_student
+    monkeypatch.setattr(probes_module, "load_student", lambda *a: loads.append(a) or real(*a))
+    assert probe_rows(work, str(probes)) == rows and loads == []
+    probes.write_text("Mary met John in Berlin.\n", encoding="utf-8")
+    assert probe_rows(work, str(probes))[0][0] == "Mary met John in Berlin." and len(loads) == 1
+    step = work / "student" / STEP_FILE
+    time.sleep(0.01)
+    step.write_bytes(step.read_bytes())   # the student step made again
+    assert probe_rows(work, str(probes))[0][0] == "Mary met John in Berlin." and len(loads) == 2
 
 
 def test_transfer_only_workers_write_the_caches_of_a_full_run(finished_run, tmp_path):

@@ -18,8 +18,9 @@ from xtremedistil_tf.data.scoring import char_spans
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import split_words
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.io import read_json
+from xtremedistil_tf.io import atomic_write_json, read_json
 from xtremedistil_tf.methods.student_run import load_student, predict_words
+from xtremedistil_tf.run.workdir import STEP_FILE
 from xtremedistil_tf.students.artifact import CLASSIFIER, read_config
 from xtremedistil_tf.teachers.finetune import teacher_word_tags
 from xtremedistil_tf.teachers.saved import load_teacher
@@ -84,6 +85,31 @@ def probe_rows(work_dir, probes_file: Optional[str] = None) -> List[List[str]]:
     probes = probe_texts(work_dir, probes_file)
     if not probes:
         return []
+    key = _rows_key(work_dir, probes)
+    kept = read_json(work_dir / ROWS_FILE) if (work_dir / ROWS_FILE).is_file() else {}
+    if kept.get("key") == key:
+        return kept["rows"]
+    rows = _compute_rows(work_dir, probes, teacher_dir, student_dir)
+    atomic_write_json(work_dir / ROWS_FILE, {"key": key, "rows": rows})
+    return rows
+
+
+# The rows of the last probe_rows call, with what they were made from: `bin/report` after `bin/train` (make demo) writes
+# report.md again with the speed table and keeps them rather than loading both models once more.
+ROWS_FILE = "probes.json"
+
+
+def _rows_key(work_dir: Path, probes: List[tuple]) -> dict:
+    """What the probe rows depend on: the texts, and the data, teacher and student steps as they are on disk (a step
+    made again, even with the same settings, is a new step.json)."""
+    steps = {}
+    for name in ("data", "teacher", "student"):
+        step = work_dir / name / STEP_FILE
+        steps[name] = [read_json(step).get("hash"), step.stat().st_mtime_ns] if step.is_file() else None
+    return {"probes": [list(p) for p in probes], "steps": steps}
+
+
+def _compute_rows(work_dir: Path, probes: List[tuple], teacher_dir: Path, student_dir: Path) -> List[List[str]]:
     sentences = [as_sentence(text, lang) for lang, text in probes]
     model, meta, tokenizer = load_student(student_dir)
     student_tags = predict_words(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length, sentences,

@@ -9,7 +9,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 .PHONY: install demo test test-slow test-slow-ci clean-demo
 
 # The installer: uv (from PyPI, into the venv) installs the same pinned stack as pip in about a third of the time,
-# bytecode compiled on both cores (docs/benchmarks.md 1.6); `make install INSTALL="$(PY) -m pip install"` uses pip.
+# bytecode compiled on both cores (docs/benchmarks.md 1.6); `make install INSTALL='$(PY) -m pip install'` uses pip.
 UV := $(VENV)/bin/uv
 INSTALL ?= $(UV) pip install --python $(PY) --compile-bytecode
 

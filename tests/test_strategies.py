@@ -8,6 +8,7 @@ from helpers import predict_tags
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode
 from xtremedistil_tf.data.scoring import entity_scores
 from xtremedistil_tf.engine.callbacks import BestSoFar
+from xtremedistil_tf.engine.loop import Engine, FitOptions
 from xtremedistil_tf.engine.resume import EpochCheckpoint, SharedStages
 from xtremedistil_tf.errors import INTERRUPT, ConfigError
 from xtremedistil_tf.methods.staged import DistilConfig, make_dev_f1, stages_key, train_student
@@ -320,3 +321,28 @@ def test_teacher_argmax_labels_skip_the_pieces_a_first_piece_teacher_never_learn
     expected = np.where(first, np.argmax(data["logits"][0], axis=-1), pad)
     np.testing.assert_array_equal(example["label_ids"].numpy(), expected)
     assert (expected != pad).sum() == first.sum() > 0
+
+
+def test_every_fit_gets_its_batches_with_the_autotuner_off_and_unchanged():
+    """engine.loop.without_autotune: Keras deletes each epoch's iterator, and with tf.data's autotuner on the
+    deletion waited for its optimisation pass (2-13 s per epoch); the engine turns it off for train and dev
+    batches, which stay the same batches in the same order."""
+    seen = []
+
+    class Recording(tf.keras.Sequential):
+        def fit(self, x=None, validation_data=None, **kwargs):
+            seen.append((x, validation_data))
+            return super().fit(x, validation_data=validation_data, **kwargs)
+
+    model = Recording([tf.keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer="sgd", loss="mse")
+    pairs = tf.data.Dataset.range(12).map(lambda i: (tf.fill([2], tf.cast(i, tf.float32)), tf.ones([1])),
+                                          num_parallel_calls=tf.data.AUTOTUNE)
+    train = pairs.shuffle(12, seed=3, reshuffle_each_iteration=False).batch(4)
+    Engine(name="toy").fit(model, FitOptions(lambda seed, epoch: train, 2, dev=pairs.batch(5)))
+    assert len(seen) == 2
+    for given, dev in seen:
+        assert not given.options().autotune.enabled and not dev.options().autotune.enabled
+        assert [b[0].numpy().tolist() for b in given] == [b[0].numpy().tolist() for b in train]
+        assert [b[0].numpy().tolist() for b in dev] == [b[0].numpy().tolist() for b in pairs.batch(5)]
+    assert pairs.options().autotune.enabled is not False  # the caller's dataset is left as it was

@@ -134,3 +134,37 @@ def test_predict_tags_batches_by_length_and_matches_argmax():
         tags = predict_tags(model, windows, batch_size=2, head=head)
         np.testing.assert_array_equal(tags[real], out[key].numpy().argmax(-1)[real])
         assert np.all(tags[~real] == 0)
+
+
+def test_bilstm_traces_only_the_plain_loop_on_cpu_with_the_same_outputs_and_gradients():
+    """students.layers.plain_recurrence_on_cpu: on this GPU-less host a built student's LSTMs trace no cuDNN
+    variant (what made each compiled train step cost 4-5 s more), and compute what the Keras default does."""
+    plain = _bilstm()
+    default = _bilstm()
+    default.set_weights(plain.get_weights())
+    lstms = [layer for layer in default.submodules if isinstance(layer, tf.keras.layers.LSTM)]
+    assert lstms and all(not layer._could_use_gpu_kernel for layer in plain.submodules
+                         if isinstance(layer, tf.keras.layers.LSTM))
+    for layer in lstms:
+        layer._could_use_gpu_kernel = True  # Keras' default: both implementations, Grappler picks one
+    batch = {k: tf.constant(v) for k, v in _batch(lengths=(7, 4, 2)).items()}
+    results = {}
+    for name, model in (("plain", plain), ("default", default)):
+        @tf.function
+        def step(batch, model=model):
+            with tf.GradientTape() as tape:
+                out = model(batch, training=False)
+                loss = tf.reduce_sum(out["projection"] * tf.cast(batch["attention_mask"], tf.float32)[..., None])
+            return out["projection"], tape.gradient(loss, model.trainable_variables)
+        graph = step.get_concrete_function(batch).graph.as_graph_def()
+        traced = " ".join(f.signature.name for f in graph.library.function)
+        results[name] = (step(batch), traced)
+    assert "gpu_lstm" in results["default"][1] and "gpu_lstm" not in results["plain"][1]
+    (out_plain, grads_plain), (out_default, grads_default) = results["plain"][0], results["default"][0]
+    np.testing.assert_allclose(out_plain.numpy(), out_default.numpy(), rtol=0, atol=1e-6)
+    assert [g is None for g in grads_plain] == [g is None for g in grads_default]
+    compared = [(a, b) for a, b in zip(grads_plain, grads_default) if a is not None]
+    assert len(compared) >= 6  # embeddings, both directions' kernels, recurrent kernels and biases, projection
+    for a, b in compared:
+        a, b = (tf.convert_to_tensor(g).numpy() for g in (a, b))
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

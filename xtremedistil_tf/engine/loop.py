@@ -115,7 +115,10 @@ class Engine:
         self._best: Optional[WeightsSlot] = None
 
     def _shard(self, ds):
-        return ds if self.distribution is None or ds is None else shard_by_data(ds)
+        """A fit's batches as Keras gets them: under tf.distribute sharded by element; the autotuner off."""
+        if ds is None:
+            return None
+        return without_autotune(ds if self.distribution is None else shard_by_data(ds))
 
     def restore(self, objects: Dict[str, object]) -> Optional[dict]:
         """Load the latest checkpoint into `objects` if it is still pending; returns its epoch
@@ -194,6 +197,16 @@ class Engine:
         if tracker.best_weights is not None:
             target.set_weights(tracker.best_weights)
         return tracker
+
+
+def without_autotune(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """`ds` with tf.data's autotuner off: each AUTOTUNE parallelism becomes the core count, and the batches
+    and their order stay the same (every map is deterministic). Keras makes a new iterator at every
+    epoch's fit, and deleting one waits for the autotuner's current optimisation pass: 2 s on a quiet
+    2-core machine, 2-13 s beside training, a sixth of the demo student's time (docs/benchmarks.md 1.6)."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return ds.with_options(options)
 
 
 def replica_share(count) -> tf.Tensor:

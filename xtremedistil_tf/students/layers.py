@@ -9,6 +9,27 @@ import tensorflow as tf
 BLOCK_LSTM_DTYPES = (tf.float32, tf.float16)
 
 
+def plain_recurrence_on_cpu(model: tf.keras.Model) -> int:
+    """On a host with no GPU, make every Keras LSTM and GRU of `model` trace TensorFlow's plain
+    recurrent loop alone; returns how many it changed (0 where a GPU is visible).
+
+    Inside a tf.function a Keras LSTM traces two implementations, its cuDNN kernel and the plain
+    loop, each with its gradient, for Grappler to pick one at run time. Without a GPU the cuDNN
+    one is always discarded, yet tracing and optimising it cost 4-5 s each time a train or test
+    step is compiled, which the staged loop does at every unfreeze step (docs/benchmarks.md 1.6).
+    The plain loop is the same computation (the same ops in the same order: equal outputs,
+    gradients and losses), so only time changes. Keras reads the flag when it traces the layer, so
+    a model loaded from disk is as Keras builds it."""
+    if tf.config.list_logical_devices("GPU"):
+        return 0
+    changed = 0
+    for layer in model.submodules:
+        if isinstance(layer, (tf.keras.layers.LSTM, tf.keras.layers.GRU)) and layer._could_use_gpu_kernel:
+            layer._could_use_gpu_kernel = False
+            changed += 1
+    return changed
+
+
 @tf.keras.utils.register_keras_serializable(package="xtremedistil_tf")
 class SequenceMask(tf.keras.layers.Layer):
     """attention_mask [B, T] (0/1 ints) -> boolean mask [B, T] for masked RNN layers.

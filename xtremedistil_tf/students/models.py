@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.students.embeddings import check_embeddings
-from xtremedistil_tf.students.layers import SequenceMask, TransformerEncoder
+from xtremedistil_tf.students.layers import SequenceMask, TransformerEncoder, plain_recurrence_on_cpu
 
 OUTPUTS = ("projection", "logits", "probs")
 HEADS_ON = ("projection", "states")
@@ -81,6 +81,7 @@ def _finish(model: tf.keras.Model, embeddings: Optional[np.ndarray], freeze_embe
         layer.set_weights([check_embeddings(embeddings, layer.input_dim, layer.output_dim)])
     # A frozen layer is kept frozen by the staged loop (it never unfreezes what starts frozen).
     layer.trainable = not freeze_embeddings
+    plain_recurrence_on_cpu(model)
     return model
 
 

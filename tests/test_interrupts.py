@@ -93,14 +93,19 @@ def step_lines(steps=("data", "teacher", "transfer", "student", "metrics")):
 
 @pytest.fixture
 def recording():
-    """stop.py's handler in this process, for the test only (pytest's own Ctrl-C handling back afterwards)."""
+    """stop.py's handler in this process, for the test only (pytest's own Ctrl-C handling back afterwards). SIGINT
+    starts as a terminal's Ctrl-C has it: a pytest started in the background (`make test &`) inherits it ignored, and
+    stop.py rightly leaves an ignored SIGINT alone; the inherited disposition is put back at the end."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     assert stop.install()
     try:
         yield
     finally:
         stop.uninstall()
         stop.reset()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        uninstalled = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, inherited)
+    assert uninstalled is signal.default_int_handler
 
 
 def test_a_signal_is_recorded_before_the_work_raised_during_it_and_held_in_a_commit(recording, tmp_path):

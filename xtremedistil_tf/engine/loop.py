@@ -202,8 +202,8 @@ class Engine:
 def without_autotune(ds: tf.data.Dataset) -> tf.data.Dataset:
     """`ds` with tf.data's autotuner off: each AUTOTUNE parallelism becomes the core count, and the batches
     and their order stay the same (every map is deterministic). Keras makes a new iterator at every
-    epoch's fit, and deleting one waits for the autotuner's current optimisation pass: 2 s on a quiet
-    2-core machine, 2-13 s beside training, a sixth of the demo student's time (docs/benchmarks.md 1.6)."""
+    epoch's fit, and deleting one waits for the autotuner's current optimisation pass: 1.7-2 s for one
+    deletion in four on a quiet 2-core machine, 2-13 s per epoch beside training (docs/benchmarks.md 1.6)."""
     options = tf.data.Options()
     options.autotune.enabled = False
     return ds.with_options(options)

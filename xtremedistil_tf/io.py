@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import zlib
 import json
 import math
 import os
 import shutil
 import sys
+import zlib
 from pathlib import Path
 from typing import Iterator, List, Sequence
 

@@ -114,7 +114,7 @@ class Engine:
         self.epochs: List[Dict[str, float]] = list((self.position or {}).get("epochs", []))
         self._best: Optional[WeightsSlot] = None
 
-    def _shard(self, ds):
+    def _fit_input(self, ds):
         """A fit's batches as Keras gets them: under tf.distribute sharded by element; the autotuner off."""
         if ds is None:
             return None
@@ -155,7 +155,7 @@ class Engine:
         if selects and self.checkpoint.enabled and self._best is None:
             self._best = WeightsSlot(target.get_weights())
         resumed = self.restore({**objects, **({"best": self._best} if self._best is not None else {})})
-        dev = self._shard(o.dev)
+        dev = self._fit_input(o.dev)
         if resumed:
             tracker = BestSoFar.from_state(resumed, o.patience, self._best.numpy() if self._best else None)
         elif selects and o.baseline:
@@ -173,7 +173,7 @@ class Engine:
             # so the bar and the epoch line are the engine's, counted over this fit's epochs.
             label = f"{o.context + ' ' if o.context else ''}epoch {epoch + 1}/{o.epochs}"
             bar = [BatchBar(f"[{self.name}] {label}")] if self.verbose else []
-            logs = step.fit(self._shard(o.train_for(seed, epoch)), validation_data=dev, initial_epoch=epoch,
+            logs = step.fit(self._fit_input(o.train_for(seed, epoch)), validation_data=dev, initial_epoch=epoch,
                             epochs=epoch + 1, steps_per_epoch=o.steps_per_epoch,
                             callbacks=self.callbacks + bar + [_StopOnInterrupt()],
                             verbose=0).history

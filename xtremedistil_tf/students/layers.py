@@ -9,9 +9,9 @@ import tensorflow as tf
 BLOCK_LSTM_DTYPES = (tf.float32, tf.float16)
 
 
-def plain_recurrence_on_cpu(model: tf.keras.Model) -> int:
+def plain_recurrence_on_cpu(model: tf.keras.Model) -> None:
     """On a host with no GPU, make every Keras LSTM and GRU of `model` trace TensorFlow's plain
-    recurrent loop alone; returns how many it changed (0 where a GPU is visible).
+    recurrent loop alone (where a GPU is visible, they keep Keras' choice at run time).
 
     Inside a tf.function a Keras LSTM traces two implementations, its cuDNN kernel and the plain
     loop, each with its gradient, for Grappler to pick one at run time. Without a GPU the cuDNN
@@ -21,13 +21,10 @@ def plain_recurrence_on_cpu(model: tf.keras.Model) -> int:
     gradients and losses), so only time changes. Keras reads the flag when it traces the layer, so
     a model loaded from disk is as Keras builds it."""
     if tf.config.list_logical_devices("GPU"):
-        return 0
-    changed = 0
+        return
     for layer in model.submodules:
-        if isinstance(layer, (tf.keras.layers.LSTM, tf.keras.layers.GRU)) and layer._could_use_gpu_kernel:
+        if isinstance(layer, (tf.keras.layers.LSTM, tf.keras.layers.GRU)):
             layer._could_use_gpu_kernel = False
-            changed += 1
-    return changed
 
 
 @tf.keras.utils.register_keras_serializable(package="xtremedistil_tf")

@@ -121,7 +121,7 @@ def against_the_layers(graph):
 OWNS = {
     "": "user-facing errors, atomic writes and file hashes, console lines, the environment set before TensorFlow loads, "
         "Ctrl-C and SIGTERM recorded from the first line, damaged model files named",
-    "data": "readers, tag schemes, the served word split, words <-> pieces and windows, splits, batches by length, token and span F1",
+    "data": "readers, tag schemes, the served word split, word shapes, words <-> pieces and windows, splits, batches by length, token and span F1",
     "crf": "CRF ops (checked against tensorflow-addons' outputs), the CRF layer, word decoding under a tag scheme",
     "losses": "every loss as a tensor function, listed in losses/registry.py (docs/equations.md); uncertainty weighting",
     "engine": "the one epoch loop (seeds, best restore, patience, checkpoints, exact resume), tf.distribute, precision",

@@ -67,7 +67,7 @@ def exports(student_dir, tmp_path_factory):
 
 def _windows_and_reference(serving, predictor, texts):
     """The shipped tokenizer's windows of `texts`, and the SavedModel graph's `ids` tags on them."""
-    input_ids, attention_mask, _ = predictor.windows(texts)
+    input_ids, attention_mask, _, _ = predictor.windows(texts)
     reference = serving.ids(tf.constant(input_ids), tf.constant(attention_mask))
     return input_ids, attention_mask, reference
 

@@ -19,7 +19,7 @@ def test_stages_chained_give_the_signature_outputs():
     student = build_bilstm_student(len(vocab), len(TagVocab(latency.LABELS)), 4, 3, 8)
     module = NerServing(student, StudentMeta(labels=latency.LABELS), vocab)
     batch = tf.constant(list(texts) + ["", "w1 \xe9 w2"])
-    text, pieces, start, end = module._tokens(batch)
+    text, pieces, start, end, _ = module._tokens(batch)
     windows = module._windows(pieces)
     tags, probs = module._word_tags(module._student_outputs(*windows[:2]), windows, start)
     chained, served = module._entities(text, start, end, tags, probs), module.serve(batch)

@@ -75,7 +75,7 @@ def stage_ms(module: NerServing, texts: Sequence[str], repeats: int) -> dict:
         inputs["call"].append((batch,))
         inputs["valid_utf8"].append((batch,))
         inputs["tokens"].append((batch,))
-        valid, pieces, start, end = stages["tokens"](batch)
+        valid, pieces, start, end, _ = stages["tokens"](batch)
         inputs["words"].append((valid,))
         inputs["pieces"].append((parts["words"](valid)[0].flat_values,))
         inputs["windows"].append((pieces,))

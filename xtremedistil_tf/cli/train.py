@@ -160,6 +160,10 @@ flags.DEFINE_integer("student_ffn", StudentArch.ffn, "Transformer student: feed-
 flags.DEFINE_enum("student_embeddings", StudentArch.embeddings, list(EMBEDDINGS),
                   "Word-embedding init: SVD of the teacher's embeddings to E dims, random, or the teacher's, frozen.")
 flags.DEFINE_float("student_dropout", StudentArch.dropout, "Student dropout.")
+flags.DEFINE_integer("student_case_dim", StudentArch.case_dim,
+                     "XtremeDistil BiLSTM tagger: width of a word-shape embedding (lower, Capitalized, UPPER, mixed, "
+                     "digit, other; from the raw text, which a lower-casing teacher's pieces lose) read beside each "
+                     "piece's word embedding; 0: none. docs/students.md.")
 # Each method's own default where these are left unset.
 flags.DEFINE_integer("student_batch_size", None, f"Student batch size. Default {DistilConfig.batch_size} "
                      f"(xtremedistil, the paper's), {MultiGrainedConfig.batch_size} (multigrained).")
@@ -216,7 +220,7 @@ LEAST_VALUES = {**dict.fromkeys(("teacher_batch_size", "shard_size", "transfer_b
                                  "student_ffn", "epochs_per_layer", "student_batch_size", "student_epochs"), 1),
                 **dict.fromkeys(("teacher_epochs", "teacher_layer", "max_steps_per_epoch", "patience",
                                  "student_patience", "intra_op_threads", "teacher_group_by_length",
-                                 "student_group_by_length"), 0),
+                                 "student_group_by_length", "student_case_dim"), 0),
                 "max_seq_length": 3}   # [CLS], one piece, [SEP]
 
 
@@ -248,6 +252,11 @@ def check_flags() -> dict:
         if FLAGS.student and FLAGS.student_architecture != "bilstm":
             raise ConfigError("sentence classification has a BiLSTM student only; drop --student_architecture="
                               f"{FLAGS.student_architecture}")
+    if FLAGS.student and FLAGS.student_case_dim and (FLAGS.method != "xtremedistil" or FLAGS.student_architecture !=
+                                                     "bilstm" or FLAGS.data_format in CLASSIFICATION_FORMATS):
+        raise ConfigError(f"--student_case_dim={FLAGS.student_case_dim}: word shapes are read by XtremeDistil BiLSTM "
+                          "taggers (--method=xtremedistil --student_architecture=bilstm, a tagging --data_format); "
+                          "drop it or set it to 0")
     if FLAGS.transfer_only and FLAGS.distribution == "multi_worker":
         raise ConfigError("--transfer_only reads TF_CONFIG itself and runs no collective op: drop "
                           "--distribution=multi_worker (docs/scale.md)")

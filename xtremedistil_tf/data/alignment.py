@@ -18,6 +18,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.data.shapes import PAD, word_shape
 from xtremedistil_tf.errors import ConfigError
 
 X_TAG = "X"
@@ -73,7 +74,8 @@ class Windows:
     input_ids, attention_mask, label_ids, word_index: [W, L]. `word_index[w, t]` is the
     index within its sentence of the word whose first piece sits at t, and -1 elsewhere.
     `owner[w, t]` is True where window w is the one that scores that word.
-    sentence_index: [W], the sentence each window came from.
+    sentence_index: [W], the sentence each window came from. case_ids: [W, L], the shape
+    (data/shapes.py) of the word each piece belongs to, every piece of it; PAD at [CLS], [SEP] and padding.
     """
 
     input_ids: np.ndarray
@@ -83,6 +85,7 @@ class Windows:
     owner: np.ndarray
     sentence_index: np.ndarray
     sentence_lengths: np.ndarray
+    case_ids: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -180,6 +183,7 @@ def encode_consecutive(sentences: Sequence[Sentence], tokenizer, tag_vocab: TagV
         raise ConfigError(f"max_seq_length must be at least 3 (CLS, one piece, SEP), got {max_seq_length}")
     rows = []
     for s_index, (sentence, pieces) in enumerate(zip(sentences, word_pieces(tokenizer, sentences))):
+        shapes = [word_shape(token) for token in sentence.tokens]
         flat = [(piece, word, k == 0) for word, ids in enumerate(pieces) for k, piece in enumerate(ids)]
         for start in range(0, max(len(flat), 1), budget):
             chunk = flat[start:start + budget]
@@ -188,7 +192,8 @@ def encode_consecutive(sentences: Sequence[Sentence], tokenizer, tag_vocab: TagV
             rows.append(([tokenizer.cls_token_id] + [p for p, _, _ in chunk] + [tokenizer.sep_token_id],
                          tags if sentence.tags is not None else [tag_vocab.pad_id] * len(tags),
                          [-1] + [word if first else -1 for _, word, first in chunk] + [-1],
-                         [False] + [first for _, _, first in chunk] + [False], s_index))
+                         [False] + [first for _, _, first in chunk] + [False], s_index,
+                         [PAD] + [shapes[word] for _, word, _ in chunk] + [PAD]))
     return _stack(rows, max_seq_length, tokenizer.pad_token_id, tag_vocab.pad_id,
                   np.array([len(s.tokens) for s in sentences], dtype=np.int32))
 
@@ -198,6 +203,7 @@ def _encode_window(sentence, pieces, first, end, budget, owners, w, s_index, tok
     tags = [tag_vocab.id(CLS_TAG)]
     words = [-1]
     own = [False]
+    cases = [PAD]
     for word in range(first, end):
         word_ids = pieces[word][:budget]
         label = tag_vocab.id(sentence.tags[word]) if sentence.tags is not None else tag_vocab.pad_id
@@ -205,13 +211,15 @@ def _encode_window(sentence, pieces, first, end, budget, owners, w, s_index, tok
         tags.extend([label] + [tag_vocab.x_id] * (len(word_ids) - 1))
         words.extend([word] + [-1] * (len(word_ids) - 1))
         own.extend([owners[word] == w] + [False] * (len(word_ids) - 1))
+        cases.extend([word_shape(sentence.tokens[word])] * len(word_ids))
     ids.append(tokenizer.sep_token_id)
     tags.append(tag_vocab.id(SEP_TAG))
     words.append(-1)
     own.append(False)
+    cases.append(PAD)
     if sentence.tags is None:
         tags = [tag_vocab.pad_id] * len(tags)
-    return ids, tags, words, own, s_index
+    return ids, tags, words, own, s_index, cases
 
 
 def _stack(rows, length, pad_piece, pad_tag, sentence_lengths) -> Windows:
@@ -222,7 +230,8 @@ def _stack(rows, length, pad_piece, pad_tag, sentence_lengths) -> Windows:
     word_index = np.full((w, length), -1, dtype=np.int32)
     owner = np.zeros((w, length), dtype=bool)
     sentence_index = np.zeros((w,), dtype=np.int32)
-    for r, (ids, tags, words, own, s_index) in enumerate(rows):
+    case_ids = np.full((w, length), PAD, dtype=np.int32)
+    for r, (ids, tags, words, own, s_index, cases) in enumerate(rows):
         n = len(ids)
         input_ids[r, :n] = ids
         mask[r, :n] = 1
@@ -230,19 +239,24 @@ def _stack(rows, length, pad_piece, pad_tag, sentence_lengths) -> Windows:
         word_index[r, :n] = words
         owner[r, :n] = own
         sentence_index[r] = s_index
-    return Windows(input_ids, mask, labels, word_index, owner, sentence_index, sentence_lengths)
+        case_ids[r, :n] = cases
+    return Windows(input_ids, mask, labels, word_index, owner, sentence_index, sentence_lengths, case_ids)
 
 
-def length_batches(input_ids: np.ndarray, attention_mask: np.ndarray, batch_size: int, min_length: int = 1):
-    """Yields (row indices, {"input_ids", "attention_mask"} of those rows) over the rows in order of
-    length, each batch cut to its longest row (at least `min_length` columns): sentences are mostly
+def length_batches(input_ids: np.ndarray, attention_mask: np.ndarray, batch_size: int, min_length: int = 1,
+                   case_ids: Optional[np.ndarray] = None):
+    """Yields (row indices, {"input_ids", "attention_mask"} of those rows, and "case_ids" when given) over the rows
+    in order of length, each batch cut to its longest row (at least `min_length` columns): sentences are mostly
     far shorter than the padded width."""
     lengths = attention_mask.sum(1)
     order = np.argsort(lengths, kind="stable")
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         length = max(min_length, int(lengths[idx].max()))
-        yield idx, {"input_ids": input_ids[idx, :length], "attention_mask": attention_mask[idx, :length]}
+        batch = {"input_ids": input_ids[idx, :length], "attention_mask": attention_mask[idx, :length]}
+        if case_ids is not None:
+            batch["case_ids"] = case_ids[idx, :length]
+        yield idx, batch
 
 
 class CompiledPerStudent:
@@ -260,14 +274,15 @@ class CompiledPerStudent:
         return self._fns[key]
 
 
-def predict_by_length(windows: Windows, tags_fn, batch_size: int = 64) -> np.ndarray:
+def predict_by_length(windows: Windows, tags_fn, batch_size: int = 64, case: bool = False) -> np.ndarray:
     """Tag ids [W, L] from `tags_fn({"input_ids", "attention_mask"} [B, T]) -> [B, T]` (or any
     per-piece values [B, T, ...], e.g. probabilities, in their dtype), batched by length
     (`length_batches`); positions past a window's length are 0. Batches have at least 2 columns:
-    CRF decoding needs a time step to scan.
+    CRF decoding needs a time step to scan. With `case`, the batches also hold the windows' "case_ids".
     """
     out = None
-    for idx, batch in length_batches(windows.input_ids, windows.attention_mask, batch_size, min_length=2):
+    for idx, batch in length_batches(windows.input_ids, windows.attention_mask, batch_size, min_length=2,
+                                     case_ids=windows.case_ids if case else None):
         values = np.asarray(tags_fn(batch))
         if out is None:
             out = np.zeros(windows.input_ids.shape + values.shape[2:], dtype=values.dtype)

@@ -35,12 +35,14 @@ import tensorflow as tf
 from tokenizers import BertWordPieceTokenizer
 
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
+from xtremedistil_tf.data import shapes
 from xtremedistil_tf.data.wordsplit import save_splitter
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export import bfloat16, portable
 from xtremedistil_tf.export.serving import NerServing, export_student, tag_tables
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
 from xtremedistil_tf.students.artifact import special_pieces
+from xtremedistil_tf.students.models import CASE_INPUT
 from xtremedistil_tf.export import onnx_bilstm
 from xtremedistil_tf.teachers.model import load_tokenizer
 
@@ -106,10 +108,12 @@ def teacher_tokenizer(student_dir: Path, target: Path) -> dict:
 
 
 def _ids_function(module: NerServing, length: Optional[int]):
-    """module.portable_outputs as a concrete function over [None, length] int32 inputs."""
+    """module.portable_outputs as a concrete function over [None, length] int32 inputs: input_ids, attention_mask,
+    and case_ids for a student that reads word shapes."""
     spec = tf.TensorSpec([None, length], tf.int32)
+    names = ("input_ids", "attention_mask") + ((CASE_INPUT,) if module.case else ())
     return tf.function(module.portable_outputs).get_concrete_function(
-        tf.TensorSpec.from_spec(spec, name="input_ids"), tf.TensorSpec.from_spec(spec, name="attention_mask"))
+        *(tf.TensorSpec.from_spec(spec, name=name) for name in names))
 
 
 # --- ONNX -------------------------------------------------------------------------------------
@@ -325,7 +329,7 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
             "tags": config.tags, "word_labels": words, "prefixes": prefixes, "type_ids": type_ids, "types": types,
             "pad_tag": config.tags.index("[PAD]"), "window": window, "lengths": fixed,
             "transitions": crf.transitions.numpy().tolist() if crf is not None else None,
-            "parameters": module.served_parameters(), "versions": _versions(fmt),
+            "parameters": module.served_parameters(), "versions": _versions(fmt), "case": module.case,
             **(module.word_decoder.export_meta() if module.word_decoder is not None else {"decode": module.decode})}
     with atomic_dir(target) as tmp:
         if fmt == "onnx":
@@ -342,6 +346,8 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
         meta["model_file"] = file_record(tmp / MODEL_FILES[fmt])
         atomic_write_json(tmp / "export.json", meta)
         shutil.copyfile(Path(__file__).with_name("portable.py"), tmp / "predict.py")
+        if module.case:   # predict.py reads word shapes by the training rule: the file itself
+            shutil.copyfile(Path(shapes.__file__), tmp / "shapes.py")
     return Exported(target, target / MODEL_FILES[fmt], module)
 
 

@@ -1,9 +1,10 @@
 """The ONNX graph of a softmax BiLSTM student built from its weights (issue 33 item 3): what
 `bin/export --format=onnx` writes for such students instead of the tf2onnx conversion.
 
-Served form, for input_ids, attention_mask [B, T] int32:
+Served form, for input_ids, attention_mask [B, T] int32 (and case_ids [B, T] of a student that reads word shapes):
 
     Gather(embedding, Transpose(input_ids)) [T, B, E]
+      (Concat with Gather(case_embedding, Transpose(case_ids)) [T, B, C] for a student that reads word shapes)
       -> LSTM(direction="bidirectional", sequence_lens = the mask's nonzero count) [T, 2, B, H]
       -> Transpose + Reshape [B, T, 2H] -> MatMul + Add (+ GELU, in the pattern ONNX Runtime fuses)
       for each Dense -> Softmax = probs; ArgMax, ReduceMax, Where(attention_mask > 0) = tag_ids, tag_probs
@@ -26,7 +27,9 @@ from typing import List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf.data.shapes import SHAPES
 from xtremedistil_tf.students.layers import BlockBiLSTM, SequenceMask
+from xtremedistil_tf.students.models import CASE_EMBEDDING, CASE_INPUT, reads_case
 
 # Keras gates i, f, c, o -> ONNX i, o, f, c (blocks of H columns)
 GATE_ORDER = (0, 3, 1, 2)
@@ -42,10 +45,18 @@ def _inbound(layer) -> list:
     return list(inbound) if isinstance(inbound, (list, tuple)) else [inbound]
 
 
+def _case_concat(layer, inbound) -> bool:
+    """Whether `layer` (with its `inbound` layers) joins the word embedding of input_ids and the word-shape
+    embedding of case_ids, in that order (students.models._embedded)."""
+    return isinstance(layer, tf.keras.layers.Concatenate) and len(inbound) == 2 and \
+        all(isinstance(i, tf.keras.layers.Embedding) for i in inbound) and inbound[1].name == CASE_EMBEDDING and \
+        [[s.name for s in _inbound(i)] for i in inbound] == [["input_ids"], [CASE_INPUT]]
+
+
 def served_chain(model: tf.keras.Model) -> Tuple[Optional[list], str]:
     """([Embedding, BlockBiLSTM, Dense..., softmax Activation], "") when the served Keras `model`
-    is that chain (dropouts aside, the BiLSTM's mask a SequenceMask of attention_mask), else
-    (None, why not)."""
+    is that chain (dropouts aside, the BiLSTM's mask a SequenceMask of attention_mask, the word-shape
+    embedding of a student that reads them concatenated after the first Embedding's), else (None, why not)."""
     if list(model.output_names) != ["probs"]:
         return None, f"outputs {list(model.output_names)}, not softmax probs"
     chain, layer = [], model.get_layer("probs")
@@ -64,11 +75,13 @@ def served_chain(model: tf.keras.Model) -> Tuple[Optional[list], str]:
         elif isinstance(layer, tf.keras.layers.Activation):
             if chain or layer.get_config()["activation"] != "softmax":
                 return None, f"activation layer {layer.name} is not the final softmax"
+        elif _case_concat(layer, inbound):
+            inbound = inbound[:1]
         elif not isinstance(layer, (tf.keras.layers.Embedding, tf.keras.layers.Dropout)):
             return None, f"layer {layer.name} ({type(layer).__name__}) has no ONNX form here"
         if len(inbound) != 1:
             return None, f"layer {layer.name} has {len(inbound)} inputs"
-        if not isinstance(layer, tf.keras.layers.Dropout):
+        if not isinstance(layer, (tf.keras.layers.Dropout, tf.keras.layers.Concatenate)):
             chain.append(layer)
         layer = inbound[0]
     chain.reverse()
@@ -111,9 +124,17 @@ def bilstm_graph(module, opset: int) -> Tuple[Optional["onnx.ModelProto"], str]:
     weights["lstm_W"], weights["lstm_R"], weights["lstm_B"] = _lstm_weights(bilstm)
     hidden = bilstm.units
     node = helper.make_node
+    case = reads_case(module._keras.model)
     nodes: List = [
         node("Transpose", ["input_ids"], ["ids_time_major"], perm=[1, 0]),
-        node("Gather", ["embedding", "ids_time_major"], ["embedded"]),  # [T, B, E]
+        node("Gather", ["embedding", "ids_time_major"], ["word_embedded" if case else "embedded"]),  # [T, B, E]
+    ]
+    if case:
+        weights["case_embedding"] = module._keras.model.get_layer(CASE_EMBEDDING).embeddings.numpy().astype(np.float32)
+        nodes += [node("Transpose", [CASE_INPUT], ["case_time_major"], perm=[1, 0]),
+                  node("Gather", ["case_embedding", "case_time_major"], ["case_embedded"]),  # [T, B, C]
+                  node("Concat", ["word_embedded", "case_embedded"], ["embedded"], axis=-1)]  # [T, B, E + C]
+    nodes += [
         node("Cast", ["attention_mask"], ["mask_bool"], to=TensorProto.BOOL),  # SequenceMask
         node("Cast", ["mask_bool"], ["mask_int"], to=TensorProto.INT32),
         node("ReduceSum", ["mask_int", "axis_1"], ["lengths"], keepdims=0),
@@ -152,7 +173,7 @@ def bilstm_graph(module, opset: int) -> Tuple[Optional["onnx.ModelProto"], str]:
                  "pad_tag": np.array(module._pad_tag, np.int32), "zero_float": np.array(0.0, np.float32)}
     initializers = [numpy_helper.from_array(value, name) for name, value in {**weights, **constants}.items()]
     inputs = [helper.make_tensor_value_info(name, TensorProto.INT32, ["batch", "length"])
-              for name in ("input_ids", "attention_mask")]
+              for name in ("input_ids", "attention_mask") + ((CASE_INPUT,) if case else ())]
     tags = int(chain[-2].units)
     outputs = [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", "length", tags]),
                helper.make_tensor_value_info("tag_ids", TensorProto.INT32, ["batch", "length"]),
@@ -164,12 +185,14 @@ def bilstm_graph(module, opset: int) -> Tuple[Optional["onnx.ModelProto"], str]:
     return model, ""
 
 
-def probe_ids(vocab_size: int, seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
-    """Right-padded probe windows [8, 24] of random pieces, lengths 1 to 24 (one full row)."""
+def probe_ids(vocab_size: int, seed: int = 0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Right-padded probe windows [8, 24] of random pieces, lengths 1 to 24 (one full row): ids, mask, and random
+    word shapes (data/shapes.py) of the pieces."""
     rng = np.random.default_rng(seed)
     lengths = np.array([24, 1, 2, 7, 13, 24, 18, 5])
     mask = (np.arange(24)[None, :] < lengths[:, None]).astype(np.int32)
-    return (rng.integers(0, vocab_size, mask.shape) * mask).astype(np.int32), mask
+    shapes = rng.integers(1, len(SHAPES), mask.shape) * mask
+    return (rng.integers(0, vocab_size, mask.shape) * mask).astype(np.int32), mask, shapes.astype(np.int32)
 
 
 def max_difference(module, model) -> float:
@@ -178,11 +201,11 @@ def max_difference(module, model) -> float:
     Keras probabilities' top two differ by more than 1e-4 (a tie may go either way)."""
     import onnxruntime
 
-    ids, mask = probe_ids(int(served_chain(module._keras.model)[0][0].input_dim))
+    ids, mask, shapes = probe_ids(int(served_chain(module._keras.model)[0][0].input_dim))
+    inputs = {"input_ids": ids, "attention_mask": mask, **({CASE_INPUT: shapes} if module.case else {})}
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    got = dict(zip([o.name for o in session.get_outputs()],
-                   session.run(None, {"input_ids": ids, "attention_mask": mask})))
-    expected = {k: v.numpy() for k, v in module.portable_outputs(tf.constant(ids), tf.constant(mask)).items()}
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
+    expected = {k: v.numpy() for k, v in module.portable_outputs(*map(tf.constant, inputs.values())).items()}
     real = mask.astype(bool)
     top2 = np.sort(expected["probs"], axis=-1)[..., -2:]
     clear = real & (top2[..., 1] - top2[..., 0] > 1e-4)

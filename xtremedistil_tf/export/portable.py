@@ -22,6 +22,7 @@ scheme allows, or "argmax"), the steps of xtremedistil_tf/crf/decoding.py in Num
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -30,6 +31,25 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer
+
+
+
+def _shapes_module():
+    """xtremedistil_tf/data/shapes.py (word shapes), read as a file: beside this one where export.formats ships it with
+    predict.py (for a student that reads shapes), else in the package's data/; None if neither is there. Not
+    imported through the package, whose import loads TensorFlow."""
+    here = Path(__file__).resolve()
+    for path in (here.with_name("shapes.py"), here.parent.parent / "data" / "shapes.py"):
+        if path.is_file():
+            spec = importlib.util.spec_from_file_location("_xtremedistil_shapes", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    return None
+
+
+_SHAPES = _shapes_module()
+PAD_SHAPE, word_shape = (_SHAPES.PAD, _SHAPES.word_shape) if _SHAPES else (None, None)
 
 # Prefix codes of the word labels in export.json "prefixes" (I- and M- are both "inside").
 OUTSIDE, BEGIN, INSIDE, END, SINGLE = 0, 1, 2, 3, 4
@@ -146,9 +166,12 @@ class _OnnxRunner:
         self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.names = [output.name for output in self.session.get_outputs()]
 
-    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Dict[str, np.ndarray]:
-        values = self.session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
-        return dict(zip(self.names, values))
+    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray,
+                 case_ids: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if case_ids is not None:
+            inputs["case_ids"] = case_ids
+        return dict(zip(self.names, self.session.run(None, inputs)))
 
 
 class _TfliteRunner:
@@ -165,11 +188,15 @@ class _TfliteRunner:
         self.lengths = sorted(lengths)
         self.runners = {n: self.interpreter.get_signature_runner(f"ids_{n}") for n in self.lengths}
 
-    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Dict[str, np.ndarray]:
+    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray,
+                 case_ids: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
         width = input_ids.shape[1]
         length = next(n for n in self.lengths if n >= width)
         pad = [(0, 0), (0, length - width)]
-        outputs = self.runners[length](input_ids=np.pad(input_ids, pad), attention_mask=np.pad(attention_mask, pad))
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if case_ids is not None:
+            inputs["case_ids"] = case_ids
+        outputs = self.runners[length](**{name: np.pad(value, pad) for name, value in inputs.items()})
         return {name: value[:, :width] for name, value in outputs.items()}
 
 
@@ -233,6 +260,11 @@ class Predictor(Tokenization):
         if meta["format"] not in ("onnx", "tflite"):
             raise ValueError(f"{directory}/export.json: unknown format {meta['format']!r}")
         check_model_file(path, meta.get("model_file"))
+        # Whether the student reads each piece's word shape (export.json "case"; exports before it: no).
+        self.case = bool(meta.get("case"))
+        if self.case and word_shape is None:
+            raise ValueError(f"{directory}: the student reads word shapes, and shapes.py is not beside predict.py; "
+                             "copy the whole export folder")
         try:
             if meta["format"] == "onnx":
                 self.run = _OnnxRunner(path, threads)
@@ -244,25 +276,34 @@ class Predictor(Tokenization):
                                      f"{first})") from e
 
     def windows(self, texts: Sequence[str]):
-        """(input_ids [C, L] int32, attention_mask [C, L] int32, per text: (pieces, words, first window))."""
-        rows, pieces = [], []
-        for ids, words in self.pieces(texts):
+        """(input_ids [C, L] int32, attention_mask [C, L] int32, per text: (pieces, words, first window), and for a
+        student that reads them the pieces' word shapes [C, L] int32 (`word_shape` of each piece's word; else None))."""
+        rows, shape_rows, pieces = [], [], []
+        for text, (ids, words) in zip(texts, self.pieces(texts)):
             step = self.budget or max(len(ids), 1)
             pieces.append((np.array(ids, np.int64), words, len(rows)))
-            rows.extend([self.cls] + ids[start:start + step] + [self.sep]
-                        for start in range(0, max(len(ids), 1), step))
+            cuts = range(0, max(len(ids), 1), step)
+            rows.extend([self.cls] + ids[start:start + step] + [self.sep] for start in cuts)
+            if self.case:
+                shapes = piece_shapes(text, words, len(ids))
+                shape_rows.extend([PAD_SHAPE] + shapes[start:start + step] + [PAD_SHAPE] for start in cuts)
         width = max(len(r) for r in rows)
         input_ids = np.full((len(rows), width), self.pad, np.int32)
+        case_ids = np.full((len(rows), width), PAD_SHAPE, np.int32) if self.case else None
         for i, row in enumerate(rows):
             input_ids[i, :len(row)] = row
+            if self.case:
+                case_ids[i, :len(row)] = shape_rows[i]
         attention_mask = (np.arange(width)[None, :] < np.array([len(r) for r in rows])[:, None]).astype(np.int32)
-        return input_ids, attention_mask, pieces
+        return input_ids, attention_mask, pieces, case_ids
 
-    def ids(self, input_ids: np.ndarray, attention_mask: np.ndarray):
-        """Piece tags of windows [C, L] (with [CLS]/[SEP]): (tag_ids int32, tag_probs float32), the
-        SavedModel `ids` signature's; [PAD] and 0 where the mask is 0. CRF students: NumPy Viterbi,
-        the probability is the CRF marginal of the chosen tag."""
-        return self._piece_tags(self.run(input_ids.astype(np.int32), attention_mask.astype(np.int32)), attention_mask)
+    def ids(self, input_ids: np.ndarray, attention_mask: np.ndarray, case_ids: Optional[np.ndarray] = None):
+        """Piece tags of windows [C, L] (with [CLS]/[SEP]; and their word shapes, for a student that reads them):
+        (tag_ids int32, tag_probs float32), the SavedModel `ids` signature's; [PAD] and 0 where the mask is 0. CRF
+        students: NumPy Viterbi, the probability is the CRF marginal of the chosen tag."""
+        case_ids = None if case_ids is None else case_ids.astype(np.int32)
+        return self._piece_tags(self.run(input_ids.astype(np.int32), attention_mask.astype(np.int32), case_ids),
+                                attention_mask)
 
     def _piece_tags(self, outputs: Dict[str, np.ndarray], attention_mask: np.ndarray):
         """`ids` from the model's outputs."""
@@ -281,8 +322,8 @@ class Predictor(Tokenization):
         records = []
         for start in range(0, len(texts), batch_size):
             batch = list(texts[start:start + batch_size])
-            input_ids, attention_mask, pieces = self.windows(batch)
-            outputs = self.run(input_ids, attention_mask)
+            input_ids, attention_mask, pieces, case_ids = self.windows(batch)
+            outputs = self.run(input_ids, attention_mask, case_ids)
             tag_ids, tag_probs = self._piece_tags(outputs, attention_mask)
             # Softmax students decode words from all tags' probabilities (exports before decode_words: argmax).
             all_probs = outputs["probs"] if self.transitions is None and "label_of_tag" in self.meta else None
@@ -330,6 +371,16 @@ class Predictor(Tokenization):
             entities.append({"start": start, "end": end, "type": meta["types"][type_id], "text": text[start:end],
                              "confidence": round(float(np.mean(np.array(span_probs, np.float32))), 6)})
         return entities
+
+
+def piece_shapes(text: str, words: Sequence[tuple], count: int) -> List[int]:
+    """The word shape (shapes.word_shape) of each of a text's `count` pieces: that of the word it belongs to,
+    `words` being (first piece, start char, end char) of each word in order."""
+    shapes = []
+    for index, (first, start, end) in enumerate(words):
+        following = words[index + 1][0] if index + 1 < len(words) else count
+        shapes.extend([word_shape(text[start:end])] * (following - first))
+    return shapes
 
 
 def word_spans(ids, offsets, continuation: np.ndarray) -> List[tuple]:

@@ -88,8 +88,9 @@ class TextTagger:
         tags = np.zeros(windows.input_ids.shape, np.int32)
         probs = np.zeros(windows.input_ids.shape, np.float32)
         all_probs = np.zeros(windows.input_ids.shape + (len(self.config.tags),), np.float32)
-        for idx, batch in length_batches(windows.input_ids, windows.attention_mask, self.batch_size, min_length=2):
-            out = self.module.ids(batch["input_ids"], batch["attention_mask"])
+        for idx, batch in length_batches(windows.input_ids, windows.attention_mask, self.batch_size, min_length=2,
+                                         case_ids=windows.case_ids if self.module.case else None):
+            out = self.module.ids(*batch.values())
             tags[idx, :out["tag_ids"].shape[1]] = out["tag_ids"].numpy()
             probs[idx, :out["tag_ids"].shape[1]] = out["tag_probs"].numpy()
             all_probs[idx, :out["tag_ids"].shape[1]] = out["probs"].numpy()

@@ -23,6 +23,7 @@ import tensorflow as tf
 from xtremedistil_tf.crf import ops as crf_ops
 from xtremedistil_tf.data.alignment import PAD_TAG
 from xtremedistil_tf.data.schemes import split_tag
+from xtremedistil_tf.data.shapes import PAD as PAD_SHAPE
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
 from xtremedistil_tf.export.bfloat16 import check_cpu, in_bfloat16
@@ -30,6 +31,7 @@ from xtremedistil_tf.students.artifact import (CLASSIFIER, StudentMeta, block_bi
                                             load_student_dir, read_config, sentencepiece_model, served_model)
 from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, pruned_embedding
 from xtremedistil_tf.export.words import SentencePieces, WordPieces, WordSplit, row_ids
+from xtremedistil_tf.students.models import CASE_INPUT, reads_case
 from xtremedistil_tf.teachers.families import UNIGRAM, WORDPIECE
 from xtremedistil_tf.teachers.model import load_tokenizer
 from xtremedistil_tf.io import atomic_dir, atomic_write_json, read_json
@@ -49,6 +51,8 @@ XLA_MIN_WINDOWS = 2
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 IDS_SPECS = (tf.TensorSpec([None, None], tf.int32, name="input_ids"),
              tf.TensorSpec([None, None], tf.int32, name="attention_mask"))
+# The `ids` signature of a student that reads word shapes (students.models.reads_case) takes them third.
+CASE_SPEC = tf.TensorSpec([None, None], tf.int32, name=CASE_INPUT)
 
 
 def tag_tables(config: StudentMeta):
@@ -231,6 +235,9 @@ class NerServing(tf.Module):
         if bfloat16:
             served = in_bfloat16(served)
         self.vocab = vocab
+        # Whether the student reads each piece's word shape (data/shapes.py) beside it.
+        self.case = reads_case(served)
+        self.ids = tf.function(self._ids, input_signature=(*IDS_SPECS, CASE_SPEC) if self.case else IDS_SPECS)
         self._keras = _Untracked(model=served)
         self._xla_lengths = sorted({int(n) for n in xla_lengths})
         self._keras.fixed = [self._fixed_length_fn(n) for n in self._xla_lengths]
@@ -295,28 +302,40 @@ class NerServing(tf.Module):
             keep_ids = kept_piece_ids(counts, vocab, min_count, keep_characters)
         return cls(model, config, vocab, keep_ids, xla_lengths, unroll, bfloat16, decode)
 
+    def _inputs(self, input_ids, attention_mask, case_ids=None) -> dict:
+        """The served model's inputs: windows [C, L] of pieces, their mask and, for a student that reads them, the
+        pieces' word shapes (PAD at [CLS], [SEP] and padding)."""
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.case:
+            if case_ids is None:
+                raise ConfigError("this student reads each piece's word shape (case_ids) beside its id; give them")
+            inputs[CASE_INPUT] = case_ids
+        return inputs
+
     def _fixed_length_fn(self, length: int):
         """The served model under XLA on windows of exactly `length` pieces (unrolled BiLSTM)."""
         spec = tf.TensorSpec([None, length], tf.int32)
 
-        @tf.function(input_signature=[spec, spec], jit_compile=True)
-        def run(input_ids, attention_mask):
-            return self._keras.model({"input_ids": input_ids, "attention_mask": attention_mask}, training=False)
+        @tf.function(input_signature=[spec, spec, spec], jit_compile=True)
+        def run(input_ids, attention_mask, case_ids):
+            return self._keras.model(self._inputs(input_ids, attention_mask, case_ids), training=False)
 
         return run
 
-    def _student_outputs(self, input_ids, attention_mask):
-        """The served model on windows [C, L]: at the shortest of `xla_lengths` >= L (padded, then cut
-        back to L), else (or for a single window) on the fused kernel."""
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    def _student_outputs(self, input_ids, attention_mask, case_ids=None):
+        """The served model on windows [C, L] (and their pieces' word shapes, for a student that reads them): at the
+        shortest of `xla_lengths` >= L (padded, then cut back to L), else (or for a single window) on the fused
+        kernel."""
+        inputs = self._inputs(input_ids, attention_mask, case_ids)
         if not self._xla_lengths:
             return self._keras.model(inputs, training=False)
         width = tf.shape(input_ids)[1]
+        shapes = case_ids if self.case else tf.zeros_like(input_ids)
 
         def padded(run, length):
             def branch():
                 pad = [[0, 0], [0, length - width]]
-                outputs = run(tf.pad(input_ids, pad), tf.pad(attention_mask, pad))
+                outputs = run(tf.pad(input_ids, pad), tf.pad(attention_mask, pad), tf.pad(shapes, pad))
                 return tf.nest.map_structure(lambda t: t[:, :width], outputs)
             return branch
 
@@ -328,14 +347,15 @@ class NerServing(tf.Module):
         bucket = tf.where(tf.shape(input_ids)[0] < XLA_MIN_WINDOWS, len(self._xla_lengths), bucket)
         return tf.switch_case(bucket, branches)
 
-    def decode_windows(self, input_ids, attention_mask):
+    def decode_windows(self, input_ids, attention_mask, case_ids=None):
         """Piece tags of windows [C, L]: (tag_ids int32, tag_probs float32, probs [C, L, N] float32).
 
         softmax: argmax of the student's probs (the piece tags; `serve` decodes words from the probs with
         the tag scheme, crf/decoding.py); crf: Viterbi over the CRF potentials, with the CRF marginals
-        as probs. Positions with attention_mask 0 get the [PAD] tag and 0.
+        as probs. Positions with attention_mask 0 get the [PAD] tag and 0. `case_ids`: the pieces' word
+        shapes, for a student that reads them.
         """
-        return self._decode(self._student_outputs(input_ids, attention_mask), attention_mask)
+        return self._decode(self._student_outputs(input_ids, attention_mask, case_ids), attention_mask)
 
     def _decode(self, outputs, attention_mask):
         """decode_windows on the served model's outputs."""
@@ -358,43 +378,47 @@ class NerServing(tf.Module):
         return crf_ops.apply_boundary_constraints(tf.cast(emissions, tf.float32), tf.reduce_sum(attention_mask, axis=1),
                                                   crf.start_allowed, crf.end_allowed)
 
-    def portable_outputs(self, input_ids, attention_mask):
+    def portable_outputs(self, input_ids, attention_mask, case_ids=None):
         """What ONNX and TFLite exports compute (export.formats): the served model alone (no XLA
         buckets), then for softmax students the `ids` outputs, for CRF students {"potentials"}, which
         the shipped predict module decodes with its NumPy Viterbi and the `crf` transitions."""
-        outputs = self._keras.model({"input_ids": input_ids, "attention_mask": attention_mask}, training=False)
+        outputs = self._keras.model(self._inputs(input_ids, attention_mask, case_ids), training=False)
         if self.config.decoder == "crf":
             return {"potentials": self.crf_potentials(outputs, attention_mask)}
         tag_ids, tag_probs, probs = self._decode(outputs, attention_mask)
         return {"tag_ids": tag_ids, "tag_probs": tag_probs, "probs": probs}
 
-    @tf.function(input_signature=IDS_SPECS)
-    def ids(self, input_ids, attention_mask):
-        """The `ids` signature: the client's own pieces [B, T] (with CLS/SEP) -> piece tags."""
-        tag_ids, tag_probs, probs = self.decode_windows(input_ids, attention_mask)
+    def _ids(self, input_ids, attention_mask, case_ids=None):
+        """The `ids` signature (`self.ids`): the client's own pieces [B, T] (with CLS/SEP), and for a student that
+        reads them their words' shapes [B, T] -> piece tags."""
+        tag_ids, tag_probs, probs = self.decode_windows(input_ids, attention_mask, case_ids)
         return {"tag_ids": tag_ids, "tag_probs": tag_probs, "probs": probs}
 
     # The stages of `serve`, in order (bin/benchmark served_text times each on its own).
     def _tokens(self, text):
-        """Texts [B] -> valid UTF-8 texts [B], the pieces of their words [B, (W), (P)] int32, and the words'
-        start/end bytes [B, (W)] int64."""
+        """Texts [B] -> valid UTF-8 texts [B], the pieces of their words [B, (W), (P)] int32, the words'
+        start/end bytes [B, (W)] int64, and for a student that reads them the pieces' word shapes [B, (W), (P)]
+        (else None)."""
         text = valid_utf8(text)
-        return (text,) + tuple(self.tokenizer.tokenize(text))
+        tokens = self.tokenizer.tokenize(text, shapes=self.case)
+        return (text, *tokens) if self.case else (text, *tokens, None)
 
-    def _windows(self, pieces):
+    def _windows(self, pieces, case=None):
         """windows_of the pieces [B, (W), (P)] of `_tokens`: (input_ids, attention_mask, the (window, column) of
-        each word's first piece [W, 2])."""
+        each word's first piece [W, 2], the word shapes [C, L] of the pieces `case`, or None)."""
         input_ids, attention_mask, _, at = windows_of(pieces.merge_dims(1, 2), self._budget, self._cls, self._sep,
                                                       self._pad)
+        if case is not None:
+            case = windows_of(case.merge_dims(1, 2), self._budget, PAD_SHAPE, PAD_SHAPE, PAD_SHAPE)[0]
         # A word's label sits at its first piece (alignment.py).
-        return input_ids, attention_mask, tf.gather(at, pieces.values.row_splits[:-1])
+        return input_ids, attention_mask, tf.gather(at, pieces.values.row_splits[:-1]), case
 
     def _word_tags(self, outputs, windows, start):
         """The word tags [W] int32 and their scores [W] float32, from the served model's `outputs` on the
         `_windows` of the words with start bytes `start` [B, (W)]. Softmax students: the WordDecoder on the probs
         at the words' first pieces (the tag scheme's best valid sequence, or argmax); CRF students: the piece
         Viterbi's tag at the first piece."""
-        _, attention_mask, at_first = windows
+        _, attention_mask, at_first, _ = windows
         word_rows, num_words = start.value_rowids(), start.row_lengths()
         if self.word_decoder is None:
             tag_ids, tag_probs, _ = self._decode(outputs, attention_mask)
@@ -443,9 +467,10 @@ class NerServing(tf.Module):
     @tf.function(input_signature=[TEXT_SPEC])
     def serve(self, text):
         """The `serving_default` signature: text [B] UTF-8 -> word tags and entities, padded (docs/serving.md)."""
-        text, pieces, start, end = self._tokens(text)
-        windows = self._windows(pieces)
-        tags, probs = self._word_tags(self._student_outputs(*windows[:2]), windows, start)
+        text, pieces, start, end, case = self._tokens(text)
+        windows = self._windows(pieces, case)
+        input_ids, attention_mask, _, case_ids = windows
+        tags, probs = self._word_tags(self._student_outputs(input_ids, attention_mask, case_ids), windows, start)
         return self._entities(text, start, end, tags, probs)
 
 
@@ -492,8 +517,7 @@ def export_student(student_dir, export_dir, name: str = "ner", version: int = 0,
         raise ConfigError(f"{target} exists; pass --overwrite or another --version")
     module = NerServing.from_student_dir(student_dir, prune_corpus, min_count, keep_characters, xla_lengths,
                                          bfloat16=bfloat16, decode=decode)
-    signatures = {"serving_default": module.serve.get_concrete_function(),
-                  "ids": module.ids.get_concrete_function()}
+    signatures = {"serving_default": module.serve.get_concrete_function(), "ids": module.ids.get_concrete_function()}
     with atomic_dir(target) as tmp:
         tf.saved_model.save(module, str(tmp), signatures=signatures)
         (tmp / "assets.extra").mkdir()

@@ -33,6 +33,7 @@ from tokenizers.pre_tokenizers import BertPreTokenizer
 
 from xtremedistil_tf.data.alignment import word_pieces
 from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.data.shapes import CAPITALIZED, DIGIT, LOWER, MIXED, OTHER, UPPER
 from xtremedistil_tf.data.wordsplit import split_words
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.students.artifact import special_pieces
@@ -163,11 +164,32 @@ class WordSplit:
         """Piece ids [W, (P)] int32 of `piece_input`'s words [W], at least one per word."""
         raise NotImplementedError
 
-    def tokenize(self, text):
-        """(pieces [B, (W), (P)] int32, start [B, (W)], end [B, (W)] int64 bytes) of valid UTF-8 texts [B]."""
+    def tokenize(self, text, shapes: bool = False):
+        """(pieces [B, (W), (P)] int32, start [B, (W)], end [B, (W)] int64 bytes) of valid UTF-8 texts [B]; with
+        `shapes`, also each piece's word shape [B, (W), (P)] int32 (`word_shapes` of the word as the text has it)."""
         words, start, end = self.words(text)
         pieces = self.pieces(self.piece_input(text, words, start, end))
-        return tf.RaggedTensor.from_row_splits(pieces, words.row_splits, validate=False), start, end
+        pieces = tf.RaggedTensor.from_row_splits(pieces, words.row_splits, validate=False)
+        if not shapes:
+            return pieces, start, end
+        case = tf.repeat(word_shapes(words.flat_values), pieces.values.row_lengths())
+        return pieces, start, end, pieces.with_flat_values(case)
+
+
+def word_shapes(words):
+    """data/shapes.word_shape of each of words [W] (UTF-8 strings), in the graph: [W] int32. The same rule on
+    the same Unicode categories (RE2's \\p{Lu}, \\p{Lt}, \\p{Ll}, \\p{Nd}; tests/test_case.py compares the two)."""
+    def has(pattern):
+        return tf.strings.regex_full_match(words, f"(?s){pattern}")
+
+    upper_class = "[\\p{Lu}\\p{Lt}]"
+    upper, lower, digit = has(f".*{upper_class}.*"), has(".*\\p{Ll}.*"), has(".*\\p{Nd}.*")
+    two_upper = has(f".*{upper_class}.*{upper_class}.*")
+    first_upper = has(f"[^\\p{{Lu}}\\p{{Lt}}\\p{{Ll}}]*{upper_class}.*")
+    shape = tf.where(first_upper & ~two_upper, CAPITALIZED, MIXED)
+    shape = tf.where(~lower, tf.where(two_upper, UPPER, CAPITALIZED), shape)
+    shape = tf.where(~upper, LOWER, shape)
+    return tf.where(~upper & ~lower, tf.where(digit, DIGIT, OTHER), shape)
 
 
 def at_least_one(pieces, unk_id: int):

@@ -32,7 +32,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.losses import registry
 from xtremedistil_tf.losses.xtremedistil import DEFAULT_REPRESENTATION_LOSS, TEACHER_MASK
 from xtremedistil_tf.methods.strategies import Stage, Strategy, get_strategy
-from xtremedistil_tf.students.models import StudentArch, encoder_layer_name
+from xtremedistil_tf.students.models import CASE_EMBEDDING, CASE_INPUT, StudentArch, encoder_layer_name, reads_case
 from xtremedistil_tf.data.batching import group_by_length
 from xtremedistil_tf.teachers.finetune import trim_to_longest
 from xtremedistil_tf.transfer.cache import padded_batch
@@ -40,6 +40,8 @@ from xtremedistil_tf.transfer.cache import padded_batch
 log = logging.getLogger(__name__)
 
 INPUT_KEYS = ("input_ids", "attention_mask")
+# An input of students that read word shapes (students.models.reads_case): in the batches when the data has it.
+OPTIONAL_INPUT_KEYS = (CASE_INPUT,)
 EvaluateFn = Callable[[tf.keras.Model, str], float]
 
 
@@ -137,7 +139,7 @@ class _StageModel(tf.keras.Model):
         return list(self.trackers.values())
 
     def _update(self, data, training: bool):
-        outs = {src: self.view({k: batch[k] for k in INPUT_KEYS}, training=training)
+        outs = {src: self.view({k: batch[k] for k in self.view.input}, training=training)
                 for src, batch in data.items()}
         total = 0.0
         for name, loss, source, weight in self.terms:
@@ -210,8 +212,9 @@ def _select(ds: tf.data.Dataset, keys: Sequence[str], what: str, stage: Stage) -
                           f"{sorted(have)} (the dev set needs teacher outputs for distillation stages)")
     if "logits" in keys and TEACHER_MASK in have:
         keys = [*keys, TEACHER_MASK]
+    keys = [*keys, *(k for k in OPTIONAL_INPUT_KEYS if k in have and k not in keys)]
     # Sentence-level targets ([B] classes, [B, C] logits, [B, H] states) have no time axis to trim.
-    time_keys = INPUT_KEYS if _sentence_level(ds) else None
+    time_keys = (*INPUT_KEYS, *OPTIONAL_INPUT_KEYS) if _sentence_level(ds) else None
 
     def select_and_trim(batch):
         return trim_to_longest({k: batch[k] for k in keys}, time_keys)
@@ -269,8 +272,10 @@ def _set_trainable(student: tf.keras.Model, names: Sequence[str]) -> None:
 def _resolve_layers(step: Sequence[str], student: tf.keras.Model) -> Tuple[str, ...]:
     """Strategy layer names -> the student's (`bilstm` means its sequence layer)."""
     body = encoder_layer_name(student)
-    names = tuple(body if name == "bilstm" else name for name in step)
     have = {layer.name for layer in student.layers}
+    # A student's word-shape embedding trains with its word embeddings.
+    also = {"bilstm": (body,), "word_embedding": ("word_embedding", CASE_EMBEDDING)}
+    names = tuple(n for name in step for n in also.get(name, (name,)) if n in have or n == name)
     missing = [n for n in names if n not in have]
     if missing:
         raise ConfigError(f"student {student.name} has no layer(s) {missing} named by the schedule")
@@ -397,9 +402,15 @@ def head_argmax_fn(student: tf.keras.Model, head: str = "softmax"):
     key = HEAD_OUTPUTS.get(head)
     if key is None:
         raise ConfigError(f"head must be 'softmax' or 'logits', got {head!r}")
-    spec = tf.TensorSpec([None, None], tf.int32)
     return tf.function(lambda batch: tf.argmax(student(batch, training=False)[key], axis=-1, output_type=tf.int32),
-                       input_signature=[{"input_ids": spec, "attention_mask": spec}])
+                       input_signature=[_input_signature(student)])
+
+
+def _input_signature(student: tf.keras.Model) -> dict:
+    """{"input_ids", "attention_mask"} [B, T] int32 specs, and "case_ids" for a student that reads them."""
+    spec = tf.TensorSpec([None, None], tf.int32)
+    keys = (*INPUT_KEYS, CASE_INPUT) if reads_case(student) else INPUT_KEYS
+    return {key: spec for key in keys}
 
 
 def head_probs_fn(student: tf.keras.Model, head: str = "softmax"):
@@ -407,13 +418,12 @@ def head_probs_fn(student: tf.keras.Model, head: str = "softmax"):
     the `softmax` head (probs) or of the `logits` regressor (through a softmax)."""
     if head not in HEAD_OUTPUTS:
         raise ConfigError(f"head must be 'softmax' or 'logits', got {head!r}")
-    spec = tf.TensorSpec([None, None], tf.int32)
 
     def probs(batch):
         out = student(batch, training=False)
         return tf.cast(out["probs"] if head == "softmax" else tf.nn.softmax(out["logits"]), tf.float32)
 
-    return tf.function(probs, input_signature=[{"input_ids": spec, "attention_mask": spec}])
+    return tf.function(probs, input_signature=[_input_signature(student)])
 
 
 def make_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab, scheme: str = "IOB2",
@@ -425,7 +435,7 @@ def make_dev_f1(windows: Windows, gold_tags: Sequence[Sequence[str]], tag_vocab,
     decoder = WordDecoder(tag_vocab.tags, tag_vocab.labels, scheme, decode)
 
     def dev_f1(student: tf.keras.Model, head: str) -> float:
-        probs = predict_by_length(windows, probs_fns(student, head), batch_size)
+        probs = predict_by_length(windows, probs_fns(student, head), batch_size, case=reads_case(student))
         return entity_scores(gold_tags, decoder.decode_windows(windows, probs)[0], scheme)["f1"]
 
     return dev_f1

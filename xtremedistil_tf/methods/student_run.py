@@ -21,7 +21,15 @@ import tensorflow as tf
 
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
 from xtremedistil_tf.damage import RETRAIN, reading
-from xtremedistil_tf.data.alignment import TagVocab, decode, encode, encode_consecutive, predict_by_length, word_pieces
+from xtremedistil_tf.data.alignment import (
+    TagVocab,
+    Windows,
+    decode,
+    encode,
+    encode_consecutive,
+    predict_by_length,
+    word_pieces,
+)
 from xtremedistil_tf.data.scoring import tag_scores
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.engine.distribute import scope_of
@@ -46,7 +54,7 @@ from xtremedistil_tf.students.crf_student import (
     build_transformer_crf_student,
     student_crf_constraints,
 )
-from xtremedistil_tf.students.models import ARCHITECTURES, EMBEDDINGS, StudentArch
+from xtremedistil_tf.students.models import ARCHITECTURES, CASE_INPUT, EMBEDDINGS, StudentArch, reads_case
 from xtremedistil_tf.teachers.families import servable_in_graph, tokenizer_family
 from xtremedistil_tf.teachers.model import load_tokenizer
 from xtremedistil_tf.transfer.cache import load_manifest, padding_values, read_sharded, subset
@@ -78,6 +86,10 @@ def build_student(cfg: StudentConfig, teacher, scheme: str) -> tf.keras.Model:
     transformer = dict(depth=arch.depth, heads=arch.heads, ffn=arch.ffn, max_length=teacher.max_seq_length)
     if arch.architecture not in ARCHITECTURES:
         raise ConfigError(f"--student_architecture={arch.architecture!r}; expected one of {', '.join(ARCHITECTURES)}")
+    if arch.case_dim and (arch.architecture != "bilstm" or cfg.method != "xtremedistil"):
+        raise ConfigError(f"--student_case_dim={arch.case_dim}: word shapes are read by XtremeDistil BiLSTM taggers "
+                          f"(--student_architecture=bilstm --method=xtremedistil); this student is a {arch.architecture} "
+                          f"of --method={cfg.method}")
     if cfg.method == "multigrained":
         common["constraints"] = student_crf_constraints(teacher.tag_vocab, scheme)
         if arch.architecture == "bilstm":
@@ -85,7 +97,7 @@ def build_student(cfg: StudentConfig, teacher, scheme: str) -> tf.keras.Model:
         return build_transformer_crf_student(**transformer, **common)
     common.update(teacher_hidden=teacher.hidden_size, heads_on=cfg.heads_on)
     if arch.architecture == "bilstm":
-        return build_bilstm_student(hidden=arch.hidden, **common)
+        return build_bilstm_student(hidden=arch.hidden, case_dim=arch.case_dim, **common)
     return build_transformer_student(**transformer, **common)
 
 
@@ -116,9 +128,30 @@ def with_teacher_mask(cache_dir, keys: Sequence[str]) -> Tuple[str, ...]:
     return keys
 
 
+def with_case_ids(examples: tf.data.Dataset, windows: Windows, where) -> tf.data.Dataset:
+    """Cached examples, each with the word shapes of its pieces ("case_ids", from `windows`: the windows the cache
+    at `where` was written from, in its order). A window whose pieces are not the example's stops the run."""
+    cached = load_manifest(where)["num_examples"]
+    if cached != len(windows):
+        raise ConfigError(f"the teacher-output cache in {where} holds {cached} examples where its text gives "
+                          f"{len(windows)} windows: it was written from other text (bin/train --overwrite)")
+    lengths = windows.attention_mask.sum(1)
+    real = windows.attention_mask.astype(bool)
+    rows = {key: tf.RaggedTensor.from_row_lengths(values[real], lengths)
+            for key, values in (("input_ids", windows.input_ids), (CASE_INPUT, windows.case_ids))}
+
+    def add(example, row):
+        same = tf.debugging.assert_equal(example["input_ids"], row["input_ids"], message=(
+            f"the teacher-output cache in {where} is not of the text its word shapes were read from"))
+        with tf.control_dependencies([same]):
+            return {**example, CASE_INPUT: tf.identity(row[CASE_INPUT])}
+
+    return tf.data.Dataset.zip((examples, tf.data.Dataset.from_tensor_slices(rows))).map(add)
+
+
 def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_examples: int,
                    shuffle_buffer: Optional[int] = None, pad_id: Optional[int] = None,
-                   transfer_keep: Optional[np.ndarray] = None):
+                   transfer_keep: Optional[np.ndarray] = None, case_windows: Optional[Tuple[Windows, Windows]] = None):
     """The staged loop's data from the caches: (labeled train, transfer) as per-epoch sources for
     `train_student`, functions `seed -> batches` whose shuffle order is fixed by the epoch's seed
     (exact resume, engine/resume.py), and dev batches. The labeled examples are the first
@@ -132,24 +165,31 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
     the input pipeline holds. Each set reads only the features its losses use, so the labeled set,
     shuffled whole, holds ids, mask and tags (3 x T int32 per window, never the hidden states); the
     transfer set goes through a buffer of `shuffle_buffer` windows (default min(50,000, 10 x batch
-    size)) whatever its size: at most that many windows x (ids, mask, tags, logits, float32 hidden)."""
+    size)) whatever its size: at most that many windows x (ids, mask, tags, logits, float32 hidden).
+    `case_windows` (the windows the transfer and dev caches were written from) gives every example its
+    "case_ids" (`with_case_ids`), for a student that reads word shapes."""
     shuffle_buffer = min(50_000, 10 * cfg.batch_size) if shuffle_buffer is None else shuffle_buffer
     if shuffle_buffer < 1:
         raise ConfigError(f"shuffle_buffer must be >= 1 window, got {shuffle_buffer}")
     def limited(ds: tf.data.Dataset) -> tf.data.Dataset:
         return ds if transfer_keep is None else subset(ds, transfer_keep)
 
+    shapes_of = {} if case_windows is None else dict(zip((transfer_dir, dev_cache_dir), case_windows))
+
+    def read(where, keys=None) -> tf.data.Dataset:
+        examples = read_sharded(where, keys=keys)
+        return with_case_ids(examples, shapes_of[where], where) if where in shapes_of else examples
+
     train_keys = with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "train"))
     check_cached(transfer_dir, source_keys(cfg.strategy, "transfer"), cfg.strategy)
     if train_examples:
-        train, train_buffer = read_sharded(transfer_dir, keys=train_keys).take(train_examples), train_examples
+        train, train_buffer = read(transfer_dir, keys=train_keys).take(train_examples), train_examples
     else:
         log.info("no labeled train examples: the label (CE) losses learn the teacher's argmax over the transfer set")
-        train = teacher_labeled(limited(read_sharded(transfer_dir, keys=with_teacher_mask(
+        train = teacher_labeled(limited(read(transfer_dir, keys=with_teacher_mask(
             transfer_dir, (*train_keys, "logits")))), pad_id, train_keys)
         train_buffer = shuffle_buffer
-    transfer = limited(read_sharded(transfer_dir, keys=with_teacher_mask(transfer_dir,
-                                                                         source_keys(cfg.strategy, "transfer"))))
+    transfer = limited(read(transfer_dir, keys=with_teacher_mask(transfer_dir, source_keys(cfg.strategy, "transfer"))))
 
     padding = padding_values(transfer_dir)
 
@@ -163,7 +203,7 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
 
     check_cached(dev_cache_dir, [t for s in get_strategy(cfg.strategy).stages for t in _stage_targets(s)],
                  cfg.strategy)
-    dev = read_sharded(dev_cache_dir)
+    dev = read(dev_cache_dir)
     if not train_examples:
         # The label losses learn the teacher's argmax where it was trained: dev's CE counts the same pieces.
         dev = dev.map(lambda e: {**e, "label_ids": tf.where(teacher_mask(e, e["attention_mask"]) > 0, e["label_ids"],
@@ -198,7 +238,8 @@ def teacher_labeled(examples: tf.data.Dataset, pad_id: int, keys: Sequence[str])
         tags = tf.argmax(example["logits"], axis=-1, output_type=tf.int32)
         if example["logits"].shape.rank > 1:
             tags = tf.where(teacher_mask(example, example["attention_mask"]) > 0, tags, pad_id)
-        return {k: tags if k == "label_ids" else example[k] for k in keys}
+        kept = {k: tags if k == "label_ids" else example[k] for k in keys}
+        return {**kept, CASE_INPUT: example[CASE_INPUT]} if CASE_INPUT in example else kept
 
     return examples.map(relabel)
 
@@ -211,17 +252,18 @@ def build_resumable(build, *args, **kwargs) -> tf.keras.Model:
 
 def distil_staged(cfg: DistilConfig, build, evaluate_fn, tag_vocab, transfer_dir, dev_cache_dir, train_examples: int,
                   progress: bool = False, log_dir=None, checkpoint_dir=None, distribution=None,
-                  transfer_keep: Optional[np.ndarray] = None, shared_stages=None):
+                  transfer_keep: Optional[np.ndarray] = None, shared_stages=None, case_windows=None):
     """A new student, `build()` under the run's seed, distilled with the configured strategy by
     the staged loop from the caches (`staged_sources`); returns (student, history). Taggers
     (`distil`) and classifiers (methods/classification.py) differ only in `build` and
-    `evaluate_fn` (dev F1 of a head). `transfer_keep`: staged_sources's; `shared_stages`:
+    `evaluate_fn` (dev F1 of a head). `transfer_keep`, `case_windows`: staged_sources's; `shared_stages`:
     train_student's `shared`; `log_dir`: TensorBoard scalars of every epoch."""
     tf.keras.utils.set_random_seed(cfg.seed)
     with scope_of(distribution):
         student = build_resumable(build)
     train_ds, transfer_ds, dev_ds = staged_sources(cfg, transfer_dir, dev_cache_dir, train_examples,
-                                                   pad_id=tag_vocab.pad_id, transfer_keep=transfer_keep)
+                                                   pad_id=tag_vocab.pad_id, transfer_keep=transfer_keep,
+                                                   case_windows=case_windows if reads_case(student) else None)
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
                             distil_config(cfg, tag_vocab, progress), evaluate_fn=evaluate_fn,
                             callbacks=[EpochScalars(ScalarLog(log_dir))],
@@ -231,17 +273,23 @@ def distil_staged(cfg: DistilConfig, build, evaluate_fn, tag_vocab, transfer_dir
 
 
 def distil(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, train_windows: int,
-           dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None, **run):
+           dev: Sequence[Sentence], scheme: str, progress: bool = False, log_dir=None,
+           transfer_text: Sequence[Sentence] = (), **run):
     """Distil a new tagging student with the configured strategy; returns (student, history).
 
     The labeled train windows are the first `train_windows` examples of the transfer cache (the
     pipeline caches train before any unlabeled text); the dev cache carries teacher outputs so
     every step can be selected by its stage's loss on dev; steps with a tagger record their dev
-    entity F1. `run`: distil_staged's checkpoint_dir, distribution, transfer_keep, shared_stages.
+    entity F1. A student that reads word shapes (`--student_case_dim`) reads them from the cased words of
+    `transfer_text` (the sentences the transfer cache was written from, in order) and `dev`.
+    `run`: distil_staged's checkpoint_dir, distribution, transfer_keep, shared_stages.
     """
     dev_windows = served_windows(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
                                  cfg.arch.architecture != "transformer")
     evaluate_fn = make_dev_f1(dev_windows, [s.tags for s in dev], teacher.tag_vocab, scheme)
+    if cfg.arch.case_dim:
+        run["case_windows"] = tuple(encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
+                                    for sentences in (transfer_text, dev))
     return distil_staged(cfg, lambda: build_student(cfg, teacher, scheme), evaluate_fn, teacher.tag_vocab,
                          transfer_dir, dev_cache_dir, train_windows, progress, log_dir, **run)
 
@@ -293,7 +341,7 @@ def predict_words(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int, 
             raise ConfigError(f"--decode={decode_as}: a CRF student decodes with its CRF's Viterbi; --decode=argmax "
                               "is for softmax students")
         return decode(windows, predict_tags_crf(student, windows), tag_vocab)
-    probs = predict_by_length(windows, head_probs_fn(student))
+    probs = predict_by_length(windows, head_probs_fn(student), case=reads_case(student))
     return WordDecoder(tag_vocab.tags, tag_vocab.labels, scheme, decode_as).decode_windows(windows, probs)[0]
 
 

@@ -569,6 +569,8 @@ def student_fingerprint(sc: StudentConfig) -> dict:
         del fingerprint["transfer_sentences"]
     if fingerprint.get("group_by_length", 1) == 0:   # off: as before the field existed
         del fingerprint["group_by_length"]
+    if fingerprint["arch"].get("case_dim", 1) == 0:   # no word shapes: as before the field existed
+        del fingerprint["arch"]["case_dim"]
     if sc.method == "multigrained":
         fingerprint["losses"] = sorted(sc.losses, key=LOSSES.index)
         if not set(sc.losses) & set(TOKEN_LEVEL):
@@ -606,7 +608,8 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
                                                    splits["dev"], cfg.data.scheme, cfg.progress, log_dir, **run)
         else:
             student, history = distil(sc, teacher, tokenizer, work.path("transfer"), work.path("transfer_dev"),
-                                      train_windows, splits["dev"], cfg.data.scheme, cfg.progress, log_dir, **run)
+                                      train_windows, splits["dev"], cfg.data.scheme, cfg.progress, log_dir,
+                                      transfer_text=splits["train"] + splits["transfer"], **run)
         seconds = time.time() - start
         decoder = "crf" if sc.method == "multigrained" else "softmax"
         scores = {split: evaluate_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,

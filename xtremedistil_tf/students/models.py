@@ -24,6 +24,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from xtremedistil_tf.data.shapes import SHAPES
 from xtremedistil_tf.students.embeddings import check_embeddings
 from xtremedistil_tf.students.layers import SequenceMask, TransformerEncoder, plain_recurrence_on_cpu
 
@@ -47,6 +48,7 @@ class StudentArch:
     ffn: int = 960                   # transformer feed-forward size
     embeddings: str = "svd"          # one of EMBEDDINGS
     dropout: float = 0.2
+    case_dim: int = 0                # width of the word-shape embedding beside each piece's (0: none)
 
 
 def _inputs():
@@ -58,6 +60,28 @@ def _word_embedding(vocab_size: int, embedding_dim: int):
     return tf.keras.layers.Embedding(
         vocab_size, embedding_dim, name="word_embedding",
         embeddings_initializer=tf.keras.initializers.RandomUniform(-0.1, 0.1))
+
+
+CASE_INPUT = "case_ids"
+CASE_EMBEDDING = "case_embedding"
+
+
+def _embedded(vocab_size: int, embedding_dim: int, case_dim: int, inputs: dict):
+    """Each piece's word embedding [B, T, E], and with `case_dim` > 0 its word shape's embedding
+    (data/shapes.py; layer `case_embedding`, read from the input "case_ids" [B, T] it adds to `inputs`)
+    concatenated after it: [B, T, E + case_dim]."""
+    x = _word_embedding(vocab_size, embedding_dim)(inputs["input_ids"])
+    if case_dim <= 0:
+        return x
+    inputs[CASE_INPUT] = tf.keras.Input(shape=(None,), dtype=tf.int32, name=CASE_INPUT)
+    case = tf.keras.layers.Embedding(len(SHAPES), case_dim, name=CASE_EMBEDDING,
+                                     embeddings_initializer=tf.keras.initializers.RandomUniform(-0.1, 0.1))
+    return tf.keras.layers.Concatenate(name="embeddings_and_case")([x, case(inputs[CASE_INPUT])])
+
+
+def reads_case(model: tf.keras.Model) -> bool:
+    """Whether `model` reads word shapes ("case_ids") beside its pieces."""
+    return CASE_INPUT in model.input_names
 
 
 def _heads(states, num_tags: int, teacher_hidden: int, dropout: float, heads_on: str = "projection") -> dict:
@@ -89,10 +113,12 @@ def build_bilstm_student(vocab_size: int, num_tags: int, embedding_dim: int = St
                          hidden: int = StudentArch.hidden, teacher_hidden: int = 768,
                          dropout: float = StudentArch.dropout,
                          embeddings: Optional[np.ndarray] = None, freeze_embeddings: bool = False,
-                         name: str = "bilstm_student", heads_on: str = "projection") -> tf.keras.Model:
+                         name: str = "bilstm_student", heads_on: str = "projection",
+                         case_dim: int = StudentArch.case_dim) -> tf.keras.Model:
     """Token-tagging student: embeddings, one BiLSTM layer (`hidden` units per direction), heads.
 
-    Inputs {"input_ids", "attention_mask"} [B, T] int32; outputs as in the module docstring.
+    Inputs {"input_ids", "attention_mask"} [B, T] int32, and "case_ids" [B, T] with `case_dim` > 0 (`_embedded`);
+    outputs as in the module docstring.
     Defaults: StudentArch's (the paper's).
     `embeddings` [vocab_size, embedding_dim] initialises the word embeddings (e.g.
     `svd_reduce(teacher.word_embeddings(), E)`, or the teacher's own matrix with
@@ -100,14 +126,15 @@ def build_bilstm_student(vocab_size: int, num_tags: int, embedding_dim: int = St
     "projection" or "states" (module docstring).
     """
     input_ids, attention_mask = _inputs()
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
     mask = SequenceMask(name="sequence_mask")(attention_mask)
-    x = _word_embedding(vocab_size, embedding_dim)(input_ids)
+    x = _embedded(vocab_size, embedding_dim, case_dim, inputs)
     x = tf.keras.layers.Dropout(dropout, name="embedding_dropout")(x)
     x = tf.keras.layers.Bidirectional(tf.keras.layers.LSTM(hidden, return_sequences=True),
                                       name="bilstm")(x, mask=mask)
     x = tf.keras.layers.Dropout(dropout, name="bilstm_dropout")(x)
     outputs = _heads(x, num_tags, teacher_hidden, dropout, heads_on)
-    model = tf.keras.Model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs, name=name)
+    model = tf.keras.Model(inputs, outputs, name=name)
     return _finish(model, embeddings, freeze_embeddings)
 
 

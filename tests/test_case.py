@@ -1,6 +1,7 @@
 """Word shapes (data/shapes.py) for students of lower-casing teachers: the rule, the windows' case_ids, the
 student that reads them and the staged loop's data that carries them."""
 import json
+from dataclasses import replace
 import os
 import shutil
 import subprocess
@@ -10,7 +11,8 @@ import unicodedata
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO
+from conftest import REPO, toy_ner_sentences
+from test_pipeline import toy_config, write_conll
 
 from xtremedistil_tf.data.alignment import TagVocab, encode, encode_consecutive, predict_by_length
 from xtremedistil_tf.data.sentence import Sentence
@@ -22,7 +24,14 @@ from xtremedistil_tf.export.predictor import predict as saved_model_predict
 from xtremedistil_tf.export.serving import export_student
 from xtremedistil_tf.export.words import word_shapes
 from xtremedistil_tf.methods.staged import DistilConfig, head_probs_fn
-from xtremedistil_tf.methods.student_run import predict_words, staged_sources, with_case_ids
+from xtremedistil_tf.methods.student_run import (
+    evaluate_student,
+    load_student,
+    predict_words,
+    staged_sources,
+    with_case_ids,
+)
+from xtremedistil_tf.run import pipeline
 from xtremedistil_tf.students import StudentArch, build_bilstm_student
 from xtremedistil_tf.students.artifact import StudentMeta, load_student_dir, write_student_dir
 from xtremedistil_tf.students.models import reads_case
@@ -251,3 +260,31 @@ def test_student_case_dim_is_refused_in_one_line_where_no_student_reads_it(tmp_p
     assert result.returncode != 0 and lines[-1].startswith("error: --student_case_dim=8: word shapes are read by "
                                                            "XtremeDistil BiLSTM taggers"), lines[-3:]
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.slow   # a tiny teacher and a D4.2 student through the pipeline (about a minute; CI's slow subset)
+def test_the_pipeline_trains_and_scores_a_word_shape_student_on_the_cased_words(tmp_path, tiny_bert_dir):
+    """bin/train's pipeline with --student_case_dim: the transfer and dev caches' windows get the shapes of their own
+    cased words (a cache example whose pieces are not its text's stops the run), the word-shape embedding unfreezes
+    with the word embeddings, and the recorded test F1 is the saved student's on the cased test words."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    def capitalized(sentences):   # the toy task's names as news writes them
+        return [replace(s, tokens=[w if t == "O" else w.capitalize() for w, t in zip(s.tokens, s.tags)])
+                for s in sentences]
+
+    write_conll(corpus / "train.txt", capitalized(toy_ner_sentences(200, seed=3)))
+    write_conll(corpus / "test.txt", capitalized(toy_ner_sentences(40, seed=4)))
+    (corpus / "unlabeled.txt").write_text("John was in Paris\nmary at berlin .\nMARY , Berlin\n", encoding="utf-8")
+    cfg = toy_config(tmp_path / "work", corpus, tiny_bert_dir)
+    cfg = replace(cfg, student=replace(cfg.student, arch=replace(cfg.student.arch, case_dim=4)))
+    metrics = pipeline.run(cfg)
+    steps = pipeline.WorkDir(cfg.work_dir).step_info("student")["history"]["steps"]
+    assert [s["unfrozen"] for s in steps if "word_embedding" in s["unfrozen"]] == \
+        [["projection", "bilstm", "word_embedding", "case_embedding"]] + [["word_embedding", "case_embedding"]] * 2
+    model, meta, tokenizer = load_student(tmp_path / "work" / "student")
+    assert model.get_layer("case_embedding").trainable
+    test = pipeline.load_data(pipeline.WorkDir(cfg.work_dir))["test"]
+    scores = evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length, test, meta.scheme)
+    assert scores["all"]["f1"] == pytest.approx(metrics["student"]["scores"]["test"]["all"]["f1"])
+    assert scores["all"]["f1"] > 0.7   # the toy task learned, as a student without shapes learns it (test_pipeline)

@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from xtremedistil_tf.benchmarks.timing import BATCHES, LABELS, call_seconds, query_batches
+from xtremedistil_tf.data.shapes import SHAPES
 from xtremedistil_tf.export.bfloat16 import cpu_has_bf16
 from xtremedistil_tf.export.formats import export_portable, quantize_onnx
 from xtremedistil_tf.export.serving import export_student
@@ -110,11 +111,15 @@ def time_rows(rows: List[dict], rounds: int = ROUNDS) -> List[dict]:
     return rows
 
 
-def _ids_call(fn: Callable, numpy_inputs: bool) -> Callable:
-    """fn(input_ids, attention_mask) over a batch of ids, all pieces real."""
+def _ids_call(fn: Callable, numpy_inputs: bool, case: bool = False) -> Callable:
+    """fn(input_ids, attention_mask) over a batch of ids, all pieces real; with `case` (a student that reads word
+    shapes) also the pieces' shapes, made up from the ids (the time does not depend on them)."""
+    def shapes(ids):
+        return (1 + ids % (len(SHAPES) - 1)).astype(np.int32)
+
     if numpy_inputs:
-        return lambda ids: fn(ids, np.ones_like(ids))
-    return lambda ids: fn(tf.constant(ids), tf.ones(ids.shape, tf.int32))
+        return lambda ids: fn(ids, np.ones_like(ids), *([shapes(ids)] if case else []))
+    return lambda ids: fn(tf.constant(ids), tf.ones(ids.shape, tf.int32), *([tf.constant(shapes(ids))] if case else []))
 
 
 def teacher_rows(teacher, ids: np.ndarray, repeats: int, threads: int, workdir: Path) -> List[dict]:
@@ -166,12 +171,14 @@ def student_dir_rows(student_dir, name: str, ids: np.ndarray, texts, repeats: in
     for fmt, quantize in formats:
         if fmt != "saved_model" or (quantize == "bfloat16" and not cpu_has_bf16()):
             continue
-        target, _ = export_student(student_dir, root / f"saved_model_{quantize}", bfloat16=quantize == "bfloat16")
+        target, module = export_student(student_dir, root / f"saved_model_{quantize}",
+                                        bfloat16=quantize == "bfloat16")
         signatures = tf.saved_model.load(str(target)).signatures
         ids_fn, text_fn = signatures["ids"], signatures["serving_default"]
         key = (name, "tensorflow", "saved_model", quantize)
-        rows.append(_row(key + ("ids",), _ids_call(lambda i, m, f=ids_fn: f(input_ids=i, attention_mask=m), False),
-                         ids, repeats, query_batches))
+        names = ("input_ids", "attention_mask", "case_ids")
+        rows.append(_row(key + ("ids",), _ids_call(lambda *inputs, f=ids_fn: f(**dict(zip(names, inputs))), False,
+                                                   module.case), ids, repeats, query_batches))
         if texts is not None:
             rows.append(_row(key + ("text",), lambda b, f=text_fn: f(text=tf.constant(b)), texts, repeats,
                              query_batches))
@@ -187,7 +194,7 @@ def student_dir_rows(student_dir, name: str, ids: np.ndarray, texts, repeats: in
         exported = export_portable(student_dir, root, "ner", fmt, quantize, lengths=lengths)
         predictor = portable.Predictor(exported.directory, threads=threads)
         key = (name, "onnxruntime" if fmt == "onnx" else "litert", fmt, quantize)
-        rows.append(_row(key + ("ids",), _ids_call(predictor.run, True), ids, repeats, query_batches))
+        rows.append(_row(key + ("ids",), _ids_call(predictor.run, True, predictor.case), ids, repeats, query_batches))
         if texts is not None:
             rows.append(_row(key + ("text",), lambda b, p=predictor: p.predict(list(b), batch_size=len(b)), texts,
                              repeats, query_batches))

@@ -248,17 +248,21 @@ def test_the_served_graph_gives_every_assigned_character_and_mixed_words_the_tra
     np.testing.assert_array_equal(served, expected)
 
 
-def test_student_case_dim_is_refused_in_one_line_where_no_student_reads_it(tmp_path):
+@pytest.mark.parametrize("command, flags, expected", [
+    ("train", ["--student_architecture=transformer"], "--student_case_dim=8: word shapes are read by XtremeDistil "
+                                                      "BiLSTM taggers"),
+    ("train", ["--method=multigrained", "--teacher_head=crf"], "--student_case_dim=8: word shapes are read by "
+                                                               "XtremeDistil BiLSTM taggers"),
+    ("ablate", ["--strategies=D0,D4.2"], "--student_case_dim=8: D0's per-language students are trained without word "
+                                         "shapes"),
+])
+def test_student_case_dim_is_refused_in_one_line_where_no_student_reads_it(tmp_path, command, flags, expected):
     """--student_case_dim on a student that has no word-shape input: one line before any work."""
-
-
-    result = subprocess.run([sys.executable, str(REPO / "bin" / "train"), f"--work_dir={tmp_path / 'w'}",
-                             "--data_format=conll", f"--data_dir={tmp_path}", "--student_case_dim=8",
-                             "--student_architecture=transformer"], capture_output=True, timeout=300,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    result = subprocess.run([sys.executable, str(REPO / "bin" / command), f"--work_dir={tmp_path / 'w'}",
+                             "--data_format=conll", f"--data_dir={tmp_path}", "--student_case_dim=8", *flags],
+                            capture_output=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     lines = result.stderr.decode().strip().splitlines()
-    assert result.returncode != 0 and lines[-1].startswith("error: --student_case_dim=8: word shapes are read by "
-                                                           "XtremeDistil BiLSTM taggers"), lines[-3:]
+    assert result.returncode != 0 and lines[-1].startswith(f"error: {expected}"), lines[-3:]
     assert not (tmp_path / "w").exists()
 
 

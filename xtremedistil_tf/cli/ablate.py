@@ -76,6 +76,9 @@ def ablate() -> None:
     seeds = check_seeds(FLAGS.seeds) if FLAGS["seeds"].present else None
     sizes = check_transfer_sizes(FLAGS.transfer_sizes) if FLAGS["transfer_sizes"].present else None
     cfg = train_cli.config_from_flags()
+    if not multigrained and "D0" in names and cfg.student.arch.case_dim:
+        raise ConfigError(f"--student_case_dim={cfg.student.arch.case_dim}: D0's per-language students are trained "
+                          "without word shapes; drop D0 from --strategies (D0-S trains on every language) or the flag")
     log_to_work_dir(cfg.work_dir)
     if multigrained:
         print(run_variants(cfg, names, seeds), file=sys.stdout, flush=True)

@@ -17,7 +17,8 @@ offsets index the same text as the SavedModel's). `export.json` holds the tag ta
 students, the transitions: their graph returns the CRF potentials and `viterbi`/`marginals` below
 decode them in NumPy. Softmax students' word tags are decoded from the probabilities at the words'
 first pieces by `decode_words` (export.json "decode": "constrained", the best sequence the tag
-scheme allows, or "argmax"), the steps of xtremedistil_tf/crf/decoding.py in NumPy.
+scheme allows, or "argmax"), the steps of xtremedistil_tf/crf/decoding.py in NumPy. A student that reads word
+shapes (export.json "case") gets each piece's word shape from the text by `shapes.py`, shipped beside this file.
 """
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer
-
 
 
 def _shapes_module():

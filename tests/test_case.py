@@ -11,7 +11,7 @@ import unicodedata
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, toy_ner_sentences
+from conftest import REPO, toy_ner_sentences, train_configs
 from test_pipeline import toy_config, write_conll
 
 from xtremedistil_tf.data.alignment import TagVocab, encode, encode_consecutive, predict_by_length
@@ -292,3 +292,21 @@ def test_the_pipeline_trains_and_scores_a_word_shape_student_on_the_cased_words(
     scores = evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length, test, meta.scheme)
     assert scores["all"]["f1"] == pytest.approx(metrics["student"]["scores"]["test"]["all"]["f1"])
     assert scores["all"]["f1"] > 0.7   # the toy task learned, as a student without shapes learns it (test_pipeline)
+
+
+def test_the_mpnet_recipe_flagfile_is_section_1_9s_command_with_word_shapes(tmp_path, tiny_bert_dir):
+    """configs/wikiann_en_mpnet.flags gives bin/train docs/benchmarks.md 1.9's recipe, word shapes on (a local
+    teacher and data stand in for mpnet-base and WikiAnn; later flags override a flagfile's)."""
+    (tmp_path / "en").mkdir()
+    for split in ("train", "dev", "test"):
+        (tmp_path / "en" / split).write_text("en:John\tB-PER\nen:lives\tO\n\n", encoding="utf-8")
+    argv = ["--flagfile=configs/wikiann_en_mpnet.flags", f"--data_dir={tmp_path}", f"--teacher={tiny_bert_dir}",
+            "--teacher_random_init", "--teacher_layer=1", f"--work_dir={tmp_path / 'w'}"]
+    cfg, = train_configs([argv], "[pipeline.student_fingerprint(cfg.student), cfg.teacher.finetune.epochs, cfg.data.max_train_sentences, "
+                                 "cfg.data.max_eval_sentences, cfg.data.transfer_from_train_rest, cfg.data.langs]")
+    assert "error" not in cfg, cfg
+    student, epochs, *data = cfg
+    assert (student["arch"]["embedding_dim"], student["arch"]["hidden"], student["arch"]["case_dim"]) == (50, 200, 8)
+    assert (student["strategy"], student["epochs_per_layer"], student["patience"], student["batch_size"],
+            student["learning_rate"], student["group_by_length"]) == ("D4.2", 2, 2, 32, 3e-3, 10)
+    assert [epochs, *data] == [3, 2000, 1000, 8000, ["en"]]

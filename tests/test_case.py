@@ -310,3 +310,20 @@ def test_the_mpnet_recipe_flagfile_is_section_1_9s_command_with_word_shapes(tmp_
     assert (student["strategy"], student["epochs_per_layer"], student["patience"], student["batch_size"],
             student["learning_rate"], student["group_by_length"]) == ("D4.2", 2, 2, 32, 3e-3, 10)
     assert [epochs, *data] == [3, 2000, 1000, 8000, ["en"]]
+
+
+@pytest.mark.slow   # a student trained and exported (in CI's slow subset)
+def test_predict_py_without_shapes_py_beside_it_says_so_in_one_line(case_student_dir, tmp_path):
+    """A word-shape student's ONNX folder copied without shapes.py: predict.py names the file in one line."""
+    exported = export_portable(case_student_dir, tmp_path, "ner", "onnx")
+    copy = tmp_path / "copy"
+    shutil.copytree(exported.directory, copy)
+    (copy / "shapes.py").unlink()
+    script = (f"import runpy, sys; sys.modules['xtremedistil_tf'] = None; sys.path.insert(0, {str(copy)!r}); "
+              f"sys.argv = ['predict.py', {str(copy)!r}]; runpy.run_path({str(copy / 'predict.py')!r}, "
+              "run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", script], input=b"John\n", capture_output=True, timeout=300)
+    lines = result.stderr.decode().strip().splitlines()
+    assert result.returncode == 2 and lines == [f"error: {copy / 'shapes.py'}: missing (the student reads word shapes "
+                                                "by it); copy the whole export folder; export it again: bin/export "
+                                                "with --overwrite"], lines[-3:]

@@ -263,8 +263,8 @@ class Predictor(Tokenization):
         # Whether the student reads each piece's word shape (export.json "case"; exports before it: no).
         self.case = bool(meta.get("case"))
         if self.case and word_shape is None:
-            raise ValueError(f"{directory}: the student reads word shapes, and shapes.py is not beside predict.py; "
-                             "copy the whole export folder")
+            raise DamagedModel(directory / "shapes.py", "missing (the student reads word shapes by it); copy the whole "
+                                                        "export folder")
         try:
             if meta["format"] == "onnx":
                 self.run = _OnnxRunner(path, threads)

@@ -11,6 +11,9 @@ the BiLSTM/encoder states and the projection only feeds the representation loss,
 served graph (export.serving.served_model): at (E, H) = (50, 200) that is 308K fewer parameters
 and 43% fewer multiply-adds per token (docs/benchmarks.md, issue 6).
 
+A BiLSTM tagger with `case_dim` > 0 also reads "case_ids" [B, T], each piece's word shape (data/shapes.py), whose
+`case_embedding` joins the word embeddings before the BiLSTM (`_embedded`).
+
 Outputs, a dict: "projection" [B, T, H_T] (compared with the teacher's hidden states),
 "logits" [B, T, N] (regresses the teacher's logits), "probs" [B, T, N] (softmax over the tags,
 trained on labels). The layer names `word_embedding`, `bilstm`/`encoder`, `projection`,

@@ -5,8 +5,11 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
-REQUIREMENTS = [line.split("#")[0].strip() for line in (HERE / "requirements.txt").read_text().splitlines()
-                if line.split("#")[0].strip() and not line.startswith("pytest")]
+PINNED = [line.split("#")[0].strip() for line in (HERE / "requirements.txt").read_text().splitlines()
+          if line.split("#")[0].strip() and not line.startswith("pytest")]
+# Optional runtimes, by package name -> extra: `pip install 'xtremedistil_tf[hf]'` for --data_format=hf.
+EXTRAS = {"datasets": "hf"}
+REQUIREMENTS = [r for r in PINNED if re.split(r"[=<>!~\[; ]", r)[0] not in EXTRAS]
 # One version: xtremedistil_tf.__version__, which CHANGELOG.md's latest release names too (tests/test_headline.py).
 VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "xtremedistil_tf" / "__init__.py").read_text(), re.M).group(1)
 
@@ -19,6 +22,8 @@ setup(
     packages=find_packages(include=["xtremedistil_tf", "xtremedistil_tf.*"]),
     python_requires=">=3.10",
     install_requires=REQUIREMENTS,
+    extras_require={extra: [r for r in PINNED if re.split(r"[=<>!~\[; ]", r)[0] == name]
+                    for name, extra in EXTRAS.items()},
     package_data={"xtremedistil_tf.export": ["bert_chars.json"]},
     # The same commands as bin/*, for installs without a checkout.
     entry_points={"console_scripts": [

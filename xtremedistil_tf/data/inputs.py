@@ -19,7 +19,11 @@ def input_files(cfg: DataConfig) -> Dict[str, str]:
     elif cfg.format != "demo" and not cfg.source:
         for name in ("train_file", "dev_file", "test_file"):
             if getattr(cfg, name):
-                files[str(_path(cfg, getattr(cfg, name)))] = f"--{name}"
+                path = _path(cfg, getattr(cfg, name))
+                files[str(path)] = f"--{name}"
+                if cfg.format == "hf" and path.is_dir():   # a save_to_disk folder: the files it holds
+                    for inner in sorted(p for p in path.rglob("*") if p.is_file()):
+                        files[str(inner)] = f"--{name} ({inner.relative_to(path)})"
     if cfg.transfer_file:
         files[str(_path(cfg, cfg.transfer_file))] = "--transfer_file"
     return files

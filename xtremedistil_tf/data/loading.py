@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from xtremedistil_tf.data.demo import HOLDOUT_FRACTION, HOLDOUT_SEED, holdout_split, read_demo, split_train_dev_test
-from xtremedistil_tf.data.readers import read_dataset, read_unlabeled, read_wikiann_dirs
+from xtremedistil_tf.data.readers import SPAN_ALIGNMENTS, read_dataset, read_unlabeled, read_wikiann_dirs
 from xtremedistil_tf.data.augment import entity_swaps
 from xtremedistil_tf.data.schemes import entity_types, label_set
 from xtremedistil_tf.data.sentence import Sentence
@@ -23,7 +23,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_write_text
 
 SPLITS = ("train", "dev", "test", "transfer")
-DATA_FORMATS = ("conll", "char_bmes", "wikiann", "xtremedistil_tsv", "demo", "label_tsv")
+DATA_FORMATS = ("conll", "char_bmes", "wikiann", "xtremedistil_tsv", "demo", "label_tsv", "hf", "spans_jsonl")
 CLASSIFICATION_FORMATS = ("label_tsv",)
 
 
@@ -59,15 +59,19 @@ class DataConfig:
     # The words models see (data/wordsplit.py): "bert" re-splits every token as BERT's pre-tokenizer splits text (what
     # an exported model does to raw text), "none" keeps the data's own tokens. Sentence classification is not split.
     word_split: str = DEFAULT_WORD_SPLIT
+    # spans_jsonl: a span whose ends cut a word is refused ("refuse") or widened to the words it touches ("snap").
+    span_alignment: str = "refuse"
 
     def to_dict(self) -> dict:
         """The settings that make the data; `source`, `transfer_from_train_rest` and `transfer_augment` only when set,
-        and `word_split`
+        `span_alignment` only when not "refuse", and `word_split`
         only when not "none" (the data's own tokens), so work dirs made before they existed keep their fingerprint."""
         fields = asdict(self)
         for name in ("source", "transfer_from_train_rest", "transfer_augment"):
             if not fields[name]:
                 del fields[name]
+        if fields["span_alignment"] == "refuse":
+            del fields["span_alignment"]
         if fields["word_split"] == "none" or self.task == "classification":   # classification is never split
             del fields["word_split"]
         return fields
@@ -97,6 +101,11 @@ def check_data_config(cfg: DataConfig) -> None:
             raise ConfigError(f"--{name}={getattr(cfg, name)}; expected 0 (all) or a positive count")
     if cfg.word_split not in WORD_SPLITS:
         raise ConfigError(f"--word_split={cfg.word_split}; expected one of {', '.join(WORD_SPLITS)}")
+    if cfg.span_alignment not in SPAN_ALIGNMENTS:
+        raise ConfigError(f"--span_alignment={cfg.span_alignment}; expected one of {', '.join(SPAN_ALIGNMENTS)}")
+    if cfg.span_alignment != "refuse" and cfg.format != "spans_jsonl":
+        raise ConfigError(f"--span_alignment={cfg.span_alignment} is for --data_format=spans_jsonl (character spans); "
+                          f"--data_format={cfg.format} has no spans to align")
     if cfg.transfer_from_train_rest < 0:
         raise ConfigError(f"--transfer_from_train_rest={cfg.transfer_from_train_rest}; expected 0 (none) or a "
                           "positive count per language")
@@ -115,8 +124,20 @@ def check_data_config(cfg: DataConfig) -> None:
 def _read_labeled(cfg: DataConfig, name: str, split: str) -> List[Sentence]:
     if cfg.format == "wikiann":
         return read_wikiann_dirs(cfg.data_dir, cfg.langs, split, scheme=cfg.scheme, strict_tags=cfg.strict_tags)
-    kwargs = {"scheme": cfg.scheme, "strict_tags": cfg.strict_tags}
-    return read_dataset(cfg.format, _path(cfg, name), **kwargs)
+    return read_dataset(cfg.format, _path(cfg, name),
+                        **reader_kwargs(cfg.format, cfg.scheme, cfg.strict_tags, split, cfg.span_alignment))
+
+
+def reader_kwargs(fmt: str, scheme: str, strict_tags: bool, split: str, span_alignment: str = "refuse") -> dict:
+    """What the data flags tell the reader of --data_format=`fmt` for `split` (train, dev, test): bin/train's and
+    bin/evaluate's one place for it. hf: the split's name picks it from a DatasetDict folder; spans_jsonl: how a
+    span that cuts a word is read."""
+    kwargs = {"scheme": scheme, "strict_tags": strict_tags}
+    if fmt == "hf":
+        kwargs["split"] = split
+    if fmt == "spans_jsonl":
+        kwargs["span_alignment"] = span_alignment
+    return kwargs
 
 
 def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:

@@ -42,7 +42,10 @@ def write_conll(path, sentences):
 def toy_corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
     write_conll(root / "train.txt", toy_ner_sentences(200, seed=3))
-    write_conll(root / "test.txt", toy_ner_sentences(40, seed=4))
+    # The toy names are all in train but for this city run longer than any train has (an unseen name, issue 50).
+    unseen = Sentence("john was in paris berlin berlin paris berlin".split(), ["B-PER", "O", "O"] + ["B-LOC"]
+                      + ["I-LOC"] * 4)
+    write_conll(root / "test.txt", toy_ner_sentences(40, seed=4) + [unseen])
     (root / "unlabeled.txt").write_text("john was in paris\nmary at berlin .\n", encoding="utf-8")
     return root
 
@@ -123,10 +126,11 @@ def test_teacher_step_scores_decoded_as_the_students_and_argmax_from_one_pass(te
     info, splits = work.step_info("teacher"), pipeline.load_data(work)
     teacher, tokenizer = load_teacher(work.path("teacher") / "model")
     assert passes == [len(encode(splits[split], tokenizer, teacher.tag_vocab, 16)) for split in ("dev", "test")]
+    seen = pipeline.seen_names(cfg, splits)   # both decodings on seen and unseen names too (issue 50)
     for split in ("dev", "test"):
         assert info["scores"][split] == {"decode": "constrained", **evaluate_teacher(
-            teacher, tokenizer, splits[split], "IOB2", decode="constrained")}
-        assert info["argmax_scores"][split] == evaluate_teacher(teacher, tokenizer, splits[split], "IOB2")
+            teacher, tokenizer, splits[split], "IOB2", decode="constrained", seen=seen)}
+        assert info["argmax_scores"][split] == evaluate_teacher(teacher, tokenizer, splits[split], "IOB2", seen=seen)
     # The fresh head's argmax breaks IOB2, which the constrained decoder repairs: the two differ.
     assert info["scores"]["test"]["all"]["f1"] != info["argmax_scores"]["test"]["all"]["f1"]
     assert metrics["teacher"]["scores"] == info["scores"]
@@ -182,9 +186,52 @@ def test_student_is_distilled_saved_and_reloads(finished_run):
     model, meta, tokenizer = load_student(os.path.join(cfg.work_dir, "student"))
     assert meta.tags[-4:] == ["X", "[CLS]", "[SEP]", "[PAD]"] and meta.lower_case is True
 
-    reloaded = evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length,
-                                pipeline.load_data(pipeline.WorkDir(cfg.work_dir))["test"], "IOB2")
+    splits = pipeline.load_data(pipeline.WorkDir(cfg.work_dir))
+    seen = pipeline.seen_names(cfg, splits)
+    reloaded = evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length, splits["test"], "IOB2",
+                                seen=seen)
     assert reloaded["all"]["f1"] == pytest.approx(metrics["student"]["scores"]["test"]["all"]["f1"])
+    assert reloaded["seen_unseen"] == metrics["student"]["scores"]["test"]["seen_unseen"]
+
+
+def test_metrics_and_summary_give_seen_and_unseen_names_side_by_side(finished_run):
+    """Issue 50: the teacher's and the student's test scores on names the labeled train split holds and on the
+    rest (data/scoring.entity_keys' rule, against data/train.jsonl), in metrics.json and bin/train's summary."""
+    cfg, metrics = finished_run
+    on_disk = json.loads((Path(cfg.work_dir) / "metrics.json").read_text())
+    splits = pipeline.load_data(pipeline.WorkDir(cfg.work_dir))
+    seen = pipeline.seen_names(cfg, splits)
+    kinds = [("LOC" if tag == "B-LOC" else "PER", " ".join(s.tokens[i:j]))
+             for s in splits["test"] for tag, i, j in _entities(s.tags)]
+    in_train = {("LOC" if tag == "B-LOC" else "PER", " ".join(s.tokens[i:j]))
+                for s in splits["train"] for tag, i, j in _entities(s.tags)}
+    expected_seen = sum(kind in in_train for kind in kinds)
+    assert expected_seen == len(kinds) - 1   # the toy names but for toy_corpus' one long city run
+    cells = {}
+    for model in ("teacher", "student"):
+        names = on_disk[model]["scores"]["test"]["seen_unseen"]
+        assert names == metrics[model]["scores"]["test"]["seen_unseen"]
+        assert (names["seen"]["support"], names["unseen"]["support"]) == (expected_seen, len(kinds) - expected_seen)
+        assert names["train_entities"] == len(seen) == len(in_train)
+        assert names["seen"]["recall"] > 0.5   # a toy model above 0.7 F1 finds the names it was taught
+        cells[model] = {kind: f"{names[kind]['recall']:.4f} / {names[kind]['precision']:.4f}"
+                        for kind in ("seen", "unseen")}
+    summary = dict(line.split("  ", 1) for line in pipeline.summary_table(cfg.work_dir, metrics).splitlines())
+    for kind in ("seen", "unseen"):
+        assert summary[f"test {kind} names R / P"].strip().startswith(
+            f"teacher {cells['teacher'][kind]}  student {cells['student'][kind]}  (")
+
+
+def _entities(tags):
+    """(first tag, start, end) of each IOB2 entity of word tags."""
+    spans, start = [], None
+    for i, tag in enumerate(list(tags) + ["O"]):
+        if start is not None and not tag.startswith("I-"):
+            spans.append((tags[start], start, i))
+            start = None
+        if tag.startswith("B-"):
+            start = i
+    return spans
 
 
 def test_rerun_skips_finished_steps(finished_run):
@@ -402,6 +449,7 @@ def test_report_probes_teacher_beside_student(finished_run, tmp_path):
     assert list(as_sentence("Paris.").tokens) == ["Paris", "."]
     report = write_report(cfg.work_dir, probes_file=str(probes)).read_text(encoding="utf-8")
     assert "## Probe sentences" in report and rows[0][1] in report
+    assert "## Seen and unseen names (test split)" in report   # teacher and student side by side (issue 50)
     assert probe_texts(Path(cfg.work_dir)) == [("en", text) for text in DEFAULT_PROBES["en"]]
 
 

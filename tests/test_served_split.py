@@ -14,7 +14,8 @@ from conftest import TOY_LABELS, toy_student_model
 
 from xtremedistil_tf.cli.evaluate import evaluate_model, format_examples, model_kind
 from xtremedistil_tf.data.alignment import TagVocab, encode, encode_consecutive, word_pieces
-from xtremedistil_tf.data.scoring import char_spans
+from xtremedistil_tf.data.schemes import tags_to_spans
+from xtremedistil_tf.data.scoring import char_spans, train_entities
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import resplit
 from xtremedistil_tf.errors import ConfigError
@@ -89,6 +90,14 @@ def test_served_spans_equal_the_spans_evaluate_scores(trained, tiny_tokenizer):
     assert on_student["spans"]["all"] == on_export["all"]
     assert on_student["all"]["f1"] == pytest.approx(on_export["all"]["f1"])
     assert on_export["all"]["f1"] > 0.6, on_export["all"]   # it learned the task: the comparison is not vacuous
+
+    # Seen and unseen names (issue 50): one rule on the spans of the raw text, so the student dir and its export
+    # agree; train labels without berlin leave its entities unseen.
+    seen = train_entities([s for s in resplit(split_sentences(300, seed=1)) if "berlin" not in s.tokens])
+    on_student = evaluate_model(student_dir, test, "IOB2", seen=seen)["seen_unseen"]
+    assert on_student == evaluate_model(export_dir.parent, test, "IOB2", seen=seen)["seen_unseen"]
+    berlin = sum(list(s.tokens[a:b]) == ["berlin"] for s in test for _, a, b in tags_to_spans(list(s.tags), "IOB2"))
+    assert on_student["unseen"]["support"] == berlin > 0 and on_student["seen"]["support"] > 0
 
 
 def test_examples_show_right_ones_with_most_entities_and_one_wrong():

@@ -347,10 +347,11 @@ def predict_words(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int, 
 
 def evaluate_student(student, tokenizer, tag_vocab: TagVocab, max_seq_length: int,
                      sentences: Sequence[Sentence], scheme: str, decoder: str = "softmax",
-                     decode_as: str = DEFAULT_DECODE) -> Dict:
-    """Entity scores of a student's word predictions (`predict_words`: decoded as serving decodes them)."""
+                     decode_as: str = DEFAULT_DECODE, seen=None) -> Dict:
+    """Entity scores of a student's word predictions (`predict_words`: decoded as serving decodes them); `seen`
+    (scoring.train_entities): also on seen and unseen names (scoring.tag_scores)."""
     predicted = predict_words(student, tokenizer, tag_vocab, max_seq_length, sentences, scheme, decoder, decode_as)
-    return tag_scores(sentences, predicted, scheme)
+    return tag_scores(sentences, predicted, scheme, seen)
 
 
 def lowercases(tokenizer) -> bool:

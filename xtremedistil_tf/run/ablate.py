@@ -250,7 +250,8 @@ def step_per_language(work: WorkDir, cfg: pipeline.RunConfig, upstream: dict, la
                          cfg.data.scheme, teacher.max_seq_length)
         # Pooling every language's own predictions gives the overall score, and per language
         # exactly what that language's student scores on its own sentences.
-        scores = {split: tag_scores(splits[split], predicted[split], cfg.data.scheme) for split in scored}
+        seen = pipeline.seen_names(cfg, splits)
+        scores = {split: tag_scores(splits[split], predicted[split], cfg.data.scheme, seen) for split in scored}
         return {"per_language": per_language, "scores": scores,
                 "train_seconds": sum(v["train_seconds"] for v in per_language.values()),
                 "parameters": sum(v["parameters"] for v in per_language.values())}

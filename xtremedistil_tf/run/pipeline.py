@@ -32,7 +32,7 @@ from xtremedistil_tf.data.alignment import encode
 from xtremedistil_tf.data.classification import class_labels_of, encode_texts
 from xtremedistil_tf.data.inputs import input_files
 from xtremedistil_tf.data.loading import SPLITS, DataConfig, _path, labels_of, load_splits, read_jsonl, write_jsonl
-from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores
+from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores, seen_unseen_rows, train_entities
 from xtremedistil_tf.engine.distribute import (
     is_chief,
     limit_threads,
@@ -349,18 +349,28 @@ def _used_as_it_is(teacher, tc: TeacherConfig, path: str) -> bool:
 
 def _teacher_scores(cfg: RunConfig, teacher, tokenizer, splits, argmax: bool = True) -> dict:
     """The teacher step's `scores` and `argmax_scores` (step_teacher) of dev and test (the non-empty
-    ones), from one forward pass per split; `argmax` False: `scores` only."""
+    ones), from one forward pass per split, each with "seen_unseen" (`seen_names`); `argmax` False: `scores`
+    only."""
     scored = [split for split in ("dev", "test") if splits[split]]
     if cfg.data.task == CLASSIFICATION:
         return {"scores": {split: evaluate_sequence_teacher(teacher, tokenizer, splits[split]) for split in scored}}
     argmax = argmax and not hasattr(teacher, "crf")
     decodes = (DEFAULT_DECODE, None) if argmax else (DEFAULT_DECODE,)
-    by_decode = {split: evaluate_teacher_by_decode(teacher, tokenizer, splits[split], cfg.data.scheme, decodes)
+    seen = seen_names(cfg, splits)
+    by_decode = {split: evaluate_teacher_by_decode(teacher, tokenizer, splits[split], cfg.data.scheme, decodes,
+                                                   seen=seen)
                  for split in scored}
     info = {"scores": {split: {"decode": DEFAULT_DECODE, **s[DEFAULT_DECODE]} for split, s in by_decode.items()}}
     if argmax:
         info["argmax_scores"] = {split: s[None] for split, s in by_decode.items()}
     return info
+
+
+def seen_names(cfg: RunConfig, splits) -> frozenset:
+    """What makes a name seen in this run's scores: the entities of its labeled train split (data/train.jsonl;
+    data/scoring.entity_keys has the rule). Every tagger score of the teacher and student steps (and bin/ablate's
+    students) is also given on seen and unseen names against it ("seen_unseen": data/scoring.seen_scores)."""
+    return train_entities(splits["train"], cfg.data.scheme)
 
 
 def _add_decoded_scores(work: WorkDir, cfg: RunConfig) -> None:
@@ -612,8 +622,9 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
                                       transfer_text=splits["train"] + splits["transfer"], **run)
         seconds = time.time() - start
         decoder = "crf" if sc.method == "multigrained" else "softmax"
+        seen = seen_names(cfg, splits)
         scores = {split: evaluate_student(student, tokenizer, teacher.tag_vocab, teacher.max_seq_length,
-                                          splits[split], cfg.data.scheme, decoder)
+                                          splits[split], cfg.data.scheme, decoder, seen=seen)
                   for split in ("dev", "test") if splits[split]}
         save_student(tmp, student, sc.arch.architecture, tokenizer, teacher.tag_vocab, cfg.data.scheme,
                      teacher.max_seq_length, decoder)
@@ -849,6 +860,18 @@ def ratio_rows(teacher: dict, student: dict) -> List[tuple]:
     return rows
 
 
+def seen_rows(metrics: dict) -> List[tuple]:
+    """Teacher and student side by side on seen and unseen names of the test split (else dev): recall / precision
+    of each (data/scoring.seen_scores, `seen_names`); none for a run whose steps predate those scores."""
+    models = {name: metrics[name]["scores"] for name in ("teacher", "student") if name in metrics}
+    split = "test" if any("test" in scores for scores in models.values()) else "dev"
+    rows = seen_unseen_rows({name: scores.get(split, {}).get("seen_unseen") for name, scores in models.items()})
+    what = {"seen": "gold entities whose type and words are those of an entity of the train split",
+            "unseen": "other gold entities"}
+    return [(f"{split} {kind} names R / P", "  ".join(f"{name} {cell}" for name, cell in zip(models, cells))
+             + f"  (of {gold} {what[kind]})") for kind, gold, *cells in rows]
+
+
 def summary_table(work_dir, metrics: dict) -> str:
     """A plain-text table of what the run produced: scores, sizes, paths."""
     work = Path(work_dir)
@@ -872,6 +895,7 @@ def summary_table(work_dir, metrics: dict) -> str:
                                            f"({metrics['teacher']['parameters'] / student['parameters']:.1f}x fewer)"))
         rows.append(("student distillation", f"{student['train_seconds']:.0f} s"))
         rows.append(("student size on disk", f"{dir_size(work / 'student') / 2**20:.1f} MiB  {work / 'student'}"))
+    rows += seen_rows(metrics)
     rows.append(("metrics", str(work / "metrics.json")))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

@@ -276,19 +276,21 @@ def teacher_word_tags(teacher, windows: Windows, scheme: str, decode: Optional[s
 
 
 def evaluate_teacher_by_decode(teacher, tokenizer, sentences: Sequence[Sentence], scheme: str,
-                               decodes: Sequence[Optional[str]], batch_size: int = 64) -> Dict[Optional[str], Dict]:
+                               decodes: Sequence[Optional[str]], batch_size: int = 64,
+                               seen=None) -> Dict[Optional[str], Dict]:
     """{decode: entity scores of the teacher's word-level predictions on labeled sentences} for each of
-    `decodes` (`teacher_word_tags`), from one forward pass."""
+    `decodes` (`teacher_word_tags`), from one forward pass; `seen` (scoring.train_entities): also on seen and
+    unseen names (scoring.tag_scores)."""
     windows = encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
-    return {decode: tag_scores(sentences, predicted, scheme)
+    return {decode: tag_scores(sentences, predicted, scheme, seen)
             for decode, predicted in teacher_word_tags_by_decode(teacher, windows, scheme, decodes, batch_size).items()}
 
 
 def evaluate_teacher(teacher, tokenizer, sentences: Sequence[Sentence], scheme: str,
-                     batch_size: int = 64, decode: Optional[str] = None) -> Dict:
+                     batch_size: int = 64, decode: Optional[str] = None, seen=None) -> Dict:
     """Entity scores of the teacher's word-level predictions on labeled sentences (`decode`:
-    `teacher_word_tags`)."""
-    return evaluate_teacher_by_decode(teacher, tokenizer, sentences, scheme, [decode], batch_size)[decode]
+    `teacher_word_tags`; `seen`: `evaluate_teacher_by_decode`)."""
+    return evaluate_teacher_by_decode(teacher, tokenizer, sentences, scheme, [decode], batch_size, seen)[decode]
 
 
 def finetune(teacher, tokenizer, train: Sequence[Sentence], dev: Sequence[Sentence], scheme: str,

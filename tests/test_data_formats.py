@@ -9,13 +9,18 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED_DATA
+from test_pipeline import toy_config
 
+from xtremedistil_tf.data import tfds_builders as tb
 from xtremedistil_tf.data.loading import DataConfig, check_data_config, load_splits
 from xtremedistil_tf.data.readers import read_dataset, read_hf, read_spans_jsonl, read_wikiann
 from xtremedistil_tf.data.schemes import entity_types, label_set, tags_to_spans
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import apply_word_split
 from xtremedistil_tf.errors import ConfigError, DataFormatError
+from xtremedistil_tf.run import pipeline
+from xtremedistil_tf.run.workdir import WorkDir
+from xtremedistil_tf.transfer.cache import read_sharded
 
 datasets = pytest.importorskip("datasets", reason="datasets is not installed (requirements.txt pins it: the hf extra)")
 
@@ -114,6 +119,15 @@ def test_load_splits_gives_the_same_splits_through_every_format(wikiann_formats)
         assert load_splits(cfg) == wikiann, cfg.format
 
 
+def test_tfds_builders_of_both_formats_give_the_readers_sentences(wikiann_formats, tmp_path):
+    root, splits = wikiann_formats
+    hf = tb.load_tfds_splits("tfds:xd_hf", data_dir=tmp_path / "tfds", manual_dir=root / "hf")
+    spans = tb.load_tfds_splits("tfds:xd_spans_jsonl", data_dir=tmp_path / "tfds", manual_dir=root / "spans")
+    for split, sentences in splits.items():
+        assert hf[split] == sentences
+        # TFDS keeps tokens, tags and language (a Sentence's raw text is not a feature)
+        assert spans[split] == [Sentence(s.tokens, s.tags, s.lang) for s in apply_word_split(sentences, "bert")]
+
 def test_tags_of_another_scheme_are_detected_and_converted(tmp_path):
     path = tmp_path / "bioes.jsonl"
     path.write_text(json.dumps({"tokens": ["New", "York", "and", "Paris"], "ner_tags": ["B-LOC", "E-LOC", "O", "S-LOC"]})
@@ -157,3 +171,33 @@ def test_hf_column_names_and_languages(tmp_path):
 def write(tmp_path, name, record) -> Path:
     (tmp_path / name).write_text(json.dumps(record) + "\n", encoding="utf-8")
     return tmp_path / name
+
+
+@pytest.mark.slow
+def test_a_tiny_run_through_wikiann_hf_and_spans_jsonl_has_the_same_windows_and_student_f1(wikiann_formats, tmp_path,
+                                                                                         tiny_bert_dir):
+    """Issue 52's acceptance: the data step's splits, the teacher's cached windows and the student's test F1 are the
+    same whichever format the slice of WikiAnn en came in."""
+    root, _ = wikiann_formats
+    datas = {"wikiann": DataConfig(format="wikiann", data_dir=str(root / "wikiann"), langs=["en"]),
+             "hf": DataConfig(format="hf", data_dir=str(root / "hf"), train_file="train", dev_file="validation",
+                              test_file="test"),
+             "spans_jsonl": DataConfig(format="spans_jsonl", data_dir=str(root / "spans"), train_file="train.jsonl",
+                                       dev_file="dev.jsonl", test_file="test.jsonl")}
+    runs = {}
+    for name, data in datas.items():
+        cfg = toy_config(tmp_path / name, root, tiny_bert_dir)
+        cfg.data, cfg.teacher.max_seq_length = data, 64
+        cfg.teacher.finetune.epochs, cfg.student.epochs_per_layer = 1, 1
+        metrics = pipeline.run(cfg)
+        work = WorkDir(cfg.work_dir)
+        windows = {cache: [{k: v.tolist() for k, v in w.items() if k in ("input_ids", "label_ids", "teacher_mask")}
+                           for w in read_sharded(str(work.path(cache))).as_numpy_iterator()]
+                   for cache in ("transfer", "transfer_dev")}
+        runs[name] = (pipeline.load_data(work), windows, metrics["student"]["scores"]["test"]["all"]["f1"])
+    wikiann = runs.pop("wikiann")
+    assert len(wikiann[0]["train"]) == SIZES["train"] and len(wikiann[1]["transfer"]) >= SIZES["train"]
+    for name, (splits, windows, f1) in runs.items():
+        assert splits == wikiann[0], name
+        assert windows == wikiann[1], name
+        assert f1 == wikiann[2], name

@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from xtremedistil_tf.data.demo import HOLDOUT_FRACTION, HOLDOUT_SEED, holdout_split, read_demo, split_train_dev_test
-from xtremedistil_tf.data.readers import SPAN_ALIGNMENTS, read_dataset, read_unlabeled, read_wikiann_dirs
+from xtremedistil_tf.data.readers import (
+    SPAN_ALIGNMENTS,
+    read_dataset,
+    read_unlabeled,
+    read_wikiann_dirs,
+    reader_kwargs,
+)
 from xtremedistil_tf.data.augment import entity_swaps
 from xtremedistil_tf.data.schemes import entity_types, label_set
 from xtremedistil_tf.data.sentence import Sentence
@@ -126,18 +132,6 @@ def _read_labeled(cfg: DataConfig, name: str, split: str) -> List[Sentence]:
         return read_wikiann_dirs(cfg.data_dir, cfg.langs, split, scheme=cfg.scheme, strict_tags=cfg.strict_tags)
     return read_dataset(cfg.format, _path(cfg, name),
                         **reader_kwargs(cfg.format, cfg.scheme, cfg.strict_tags, split, cfg.span_alignment))
-
-
-def reader_kwargs(fmt: str, scheme: str, strict_tags: bool, split: str, span_alignment: str = "refuse") -> dict:
-    """What the data flags tell the reader of --data_format=`fmt` for `split` (train, dev, test): bin/train's and
-    bin/evaluate's one place for it. hf: the split's name picks it from a DatasetDict folder; spans_jsonl: how a
-    span that cuts a word is read."""
-    kwargs = {"scheme": scheme, "strict_tags": strict_tags}
-    if fmt == "hf":
-        kwargs["split"] = split
-    if fmt == "spans_jsonl":
-        kwargs["span_alignment"] = span_alignment
-    return kwargs
 
 
 def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:

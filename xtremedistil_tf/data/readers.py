@@ -712,6 +712,18 @@ def _word_spans(path: PathLike, lineno: int, text: str, spans: list, words: list
     return out
 
 
+def reader_kwargs(fmt: str, scheme: str, strict_tags: bool, split: str, span_alignment: str = "refuse") -> dict:
+    """What the data flags tell the reader of --data_format=`fmt` for `split` (train, dev, test): bin/train's,
+    bin/evaluate's and the TFDS builders' one place for it. hf: the split's name picks it from a DatasetDict folder; spans_jsonl: how a
+    span that cuts a word is read."""
+    kwargs = {"scheme": scheme, "strict_tags": strict_tags}
+    if fmt == "hf":
+        kwargs["split"] = split
+    if fmt == "spans_jsonl":
+        kwargs["span_alignment"] = span_alignment
+    return kwargs
+
+
 READERS: dict[str, Callable[..., list[Sentence]]] = {
     "conll": read_conll,
     "char_bmes": read_char_bmes,

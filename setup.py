@@ -7,8 +7,9 @@ from setuptools import find_packages, setup
 HERE = Path(__file__).parent
 PINNED = [line.split("#")[0].strip() for line in (HERE / "requirements.txt").read_text().splitlines()
           if line.split("#")[0].strip() and not line.startswith("pytest")]
-# Optional runtimes, by package name -> extra: `pip install 'xtremedistil_tf[hf]'` for --data_format=hf.
-EXTRAS = {"datasets": "hf"}
+# Optional runtimes, by package name -> extra: `pip install 'xtremedistil_tf[hf]'` for --data_format=hf,
+# `pip install '.[peers]'` for bin/benchmark peers (spaCy).
+EXTRAS = {"datasets": "hf", "spacy": "peers"}
 REQUIREMENTS = [r for r in PINNED if re.split(r"[=<>!~\[; ]", r)[0] not in EXTRAS]
 # One version: xtremedistil_tf.__version__, which CHANGELOG.md's latest release names too (tests/test_headline.py).
 VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "xtremedistil_tf" / "__init__.py").read_text(), re.M).group(1)

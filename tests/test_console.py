@@ -1,15 +1,22 @@
 """What a user sees: each command's --help lists its own flags (never TensorFlow's), and a run's
 console shows the project's lines with correct epoch counters and none of the libraries' noise."""
+import logging
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from conftest import REPO, toy_ner_sentences
 from test_pipeline import write_conll
+from xtremedistil_tf import console
 from xtremedistil_tf.console import _forward, duration, epoch_line
+from xtremedistil_tf.engine.callbacks import BatchBar
+from xtremedistil_tf.engine.loop import Engine, FitOptions
 
 ENV = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "HF_HUB_OFFLINE": "1"}
 ENV.pop("TF_CPP_MIN_LOG_LEVEL", None)  # what a user's shell has: nothing set
@@ -181,3 +188,61 @@ def test_the_old_spelling_still_runs_and_says_it_is_deprecated():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "bin/distill_lm is deprecated (the old spelling): use bin/distil_lm" in done.stderr
     assert re.search(r"^  --hidden \(default", done.stdout, re.M)
+
+
+def test_progress_bars_of_batches_of_unknown_count_get_the_last_epochs_count_as_total(capsys):
+    """Batches grouped by length have no known count (Keras' params["steps"] is None): the first epoch's bar counts
+    them, each later epoch's bar over the same stage's data shows that count as its total (so a time left), and an
+    estimate short of an epoch's batches grows to the count."""
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer="sgd", loss="mse")
+    data = tf.data.Dataset.from_tensor_slices((np.ones((40, 2), np.float32), np.ones((40, 1), np.float32)))
+    unknown = lambda seed, epoch: data.filter(lambda x, y: True).batch(8)   # noqa: E731  (5 batches, count unknown)
+    totals = []
+
+    class Totals(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 0:
+                totals.append(self.params.get("steps"))
+
+    engine = Engine(verbose=True, callbacks=[Totals()])
+    bars = []
+    original = BatchBar.on_epoch_begin
+
+    def seen(self, epoch, logs=None):
+        original(self, epoch, logs)
+        bars.append(self.bar.total)
+
+    BatchBar.on_epoch_begin = seen
+    try:
+        engine.fit(model, FitOptions(unknown, epochs=3, baseline=False, where=(0, 0)))
+        engine.fit(model, FitOptions(unknown, epochs=1, baseline=False, where=(0, 1)))   # the same stage, next step
+        engine.fit(model, FitOptions(unknown, epochs=1, baseline=False, where=(1, 0)))   # another stage's data
+    finally:
+        BatchBar.on_epoch_begin = original
+    assert totals == [None] * 5   # Keras never knew the count
+    assert bars == [None, 5, 5, 5, None]
+    short = BatchBar("x", estimate=3)
+    short.params = {"steps": None}
+    short.on_epoch_begin(0)
+    for batch in range(5):
+        short.on_train_batch_end(batch)
+    assert (short.bar.total, short.count) == (5, 5)
+    short.on_epoch_end(0)
+
+
+def test_the_root_loggers_records_reach_the_console_only_from_our_code():
+    """ONNX Runtime's quantizer logs "Quantization parameters for tensor ... not specified" with logging.info, the root
+    logger: such records are dropped unless they are errors; the project's own (its package or bin/) are shown."""
+    def record(name, path, level=logging.INFO):
+        return logging.LogRecord(name, level, path, 1, "message", None, None)
+
+    ours = console._ProjectOnly()
+    quantizer = str(Path(logging.__file__).parent / "onnxruntime" / "quantization" / "onnx_quantizer.py")
+    assert not ours.filter(record("root", quantizer))
+    assert not ours.filter(record("root", quantizer, logging.WARNING))
+    assert ours.filter(record("root", quantizer, logging.ERROR))
+    assert ours.filter(record("root", str(REPO / "xtremedistil_tf" / "run" / "pipeline.py")))
+    assert ours.filter(record("root", str(REPO / "bin" / "train")))
+    assert not ours.filter(record("tf2onnx.tfonnx", str(REPO / "xtremedistil_tf" / "x.py")))
+    assert ours.filter(record("xtremedistil_tf.export.formats", quantizer))

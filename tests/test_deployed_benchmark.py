@@ -5,6 +5,7 @@ import sys
 
 import pytest
 from conftest import REPO
+from test_bad_inputs import ENV
 from test_transfer_text import small_config, write_small_corpus
 
 from xtremedistil_tf.benchmarks import deployed, peers
@@ -65,3 +66,24 @@ def test_a_work_dirs_pair_is_timed_by_the_peers_code(finished_work_dir):
         | {("student", runtime[f], f, q, "ids") for f, q in formats} - set(deployed.DEPLOYED))
     rows = [tuple(r[k] for k in KEYS) for r in every["rows"]]
     assert rows[:4] == expected[:4] and sorted(rows[4:]) == expected[4:]
+
+
+# What a user's shell has: TensorFlow's C++ log level not set (the commands set it before TensorFlow loads).
+SHELL_ENV = {k: v for k, v in ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+
+@pytest.mark.slow   # the pipeline run of finished_work_dir, an int8 ONNX export and the deployed benchmark
+def test_the_console_of_export_and_the_deployed_benchmark_holds_only_our_lines(finished_work_dir, tmp_path):
+    """ONNX Runtime's quantizer logs through the root logger ("Quantization parameters for tensor ... not specified",
+    "Ignore MatMul due to non constant B", "Please consider to run pre-processing before quantization", a protobuf
+    dump); tf2onnx, TensorFlow's C++ side and absl have their own: none of it reaches the console by default."""
+    commands = {
+        "export": [str(REPO / "bin" / "export"), f"--work_dir={finished_work_dir}", "--format=onnx",
+                   "--quantize=dynamic_int8", f"--export_dir={tmp_path / 'export'}"],
+        "deployed": [str(REPO / "bin" / "benchmark"), "deployed", f"--work_dir={finished_work_dir}",
+                     "--latency_threads=1", "--queries=3", "--seq_length=8", "--no_progress"]}
+    for name, args in commands.items():
+        out = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=SHELL_ENV, timeout=900)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert out.stderr == "", f"{name}: {out.stderr[-3000:]}"   # --no_progress: the commands' lines are on stdout
+        assert out.stdout.strip(), name

@@ -9,13 +9,14 @@ construction, tracing and training), alternating the two signals, then reruns it
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from conftest import REPO
+from conftest import REPO, stderr_line_of
 from test_bad_inputs import ENV, base_flags
 from test_work_dir_safety import make_corpus
 
@@ -72,6 +73,14 @@ def check_stopped(proc, signum, work, allowed):
     assert lines[-1] in allowed, stderr[-3000:]
     assert_nothing_half_written(work)
     return lines[-1]
+
+
+def assert_finished(proc, work):
+    """A run that exited 0: no traceback, its metrics written and nothing half-written."""
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in stderr, stderr[-3000:]
+    assert (work / "metrics.json").is_file() and (work / "student" / STEP_FILE).is_file(), stderr[-3000:]
+    assert_nothing_half_written(work)
 
 
 def assert_nothing_half_written(work):
@@ -150,6 +159,62 @@ def test_an_interrupt_inside_model_construction_is_the_documented_line(tmp_path,
     assert (work / "data" / STEP_FILE).is_file() and not (work / "teacher").exists()
 
 
+# bin/<command> run by a wrapper whose __main__ holds an object that sends this process SIGINT when Python's shutdown
+# destroys it: after the command has returned, after Python has put the signals' own handlers back
+# (`_PySignal_Fini` runs before the modules are torn down), as a Ctrl-C would land while TensorFlow shuts down.
+LATE_SIGNAL = """
+import os, runpy, signal, sys, time
+
+class SignalAtShutdown:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        sys.stdout.write("survived the signal\\n")
+
+late = SignalAtShutdown()
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_before_the_work_ends_the_command_before_tensorflow_has_loaded(tmp_path, signum):
+    """Sent as soon as the package's handler is in place (-X importtime's line for console.py, imported after
+    stop.install()): the one line and 128 + signum, before TensorFlow's import has finished (its importtime line,
+    shown once the import ends, never comes), and no work dir."""
+    work = tmp_path / "work"
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", BIN_TRAIN, f"--work_dir={work}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    with stderr_line_of(proc, b"import time:", limit_s=300):
+        for line in iter(proc.stderr.readline, b""):
+            if re.search(rb"\|\s+xtremedistil_tf\.console$", line.rstrip()):
+                break
+        proc.send_signal(signum)
+        rest = proc.stderr.read().decode()
+        proc.wait(timeout=60)
+    assert proc.returncode == 128 + signum, rest[-3000:]
+    lines = [line for line in rest.splitlines() if not line.startswith("import time:")]
+    assert lines == [NOT_STARTED], rest[-3000:]
+    assert not re.search(r"\|\s+tensorflow$", rest, re.MULTILINE)
+    assert not work.exists()
+
+
+def test_a_signal_after_the_work_has_ended_changes_nothing(tmp_path, toy_student_dir):
+    """bin/predict has written its output and returned; SIGINT while Python shuts down is ignored (exit 0, the
+    output whole), where it used to kill the process (exit -2, no line)."""
+    lines, out = tmp_path / "lines.txt", tmp_path / "out.jsonl"
+    lines.write_text("John lives in Paris\nMary works in Berlin\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-c", LATE_SIGNAL, str(REPO / "bin" / "predict"),
+                           f"--model={toy_student_dir}", f"--input={lines}", f"--output={out}"],
+                          capture_output=True, text=True, env=ENV, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    assert proc.stdout == "survived the signal\n" and proc.stderr == ""
+    assert [json.loads(line)["text"] for line in out.read_text(encoding="utf-8").splitlines()] == [
+        "John lives in Paris", "Mary works in Berlin"]
+
+
 @pytest.mark.slow
 def test_bin_train_interrupted_every_half_second_then_rerun_finishes(tmp_path, tiny_bert_dir):
     corpus = make_corpus(tmp_path / "corpus")
@@ -158,17 +223,25 @@ def test_bin_train_interrupted_every_half_second_then_rerun_finishes(tmp_path, t
     seen = {}
     # 0.5 s, 1.0 s, ... 15.0 s after the start (the runs resume one another's steps); then, on a machine so loaded
     # that no run got past its imports by then, a second later each time until one is stopped inside a step.
+    # A run that resumed the others' steps can finish every step before its moment comes (a quiet machine does
+    # that well inside 15 s): it must then have exited 0 with the work complete, and there is nothing left to stop.
     moments = [k / 2 for k in range(1, 31)] + list(range(16, 61))
+    finished = None
     for k, moment in enumerate(moments):
         if moment > 15 and set(seen) & step_lines():
             break
         signum = signal.SIGINT if k % 2 == 0 else signal.SIGTERM
         proc = popen(args)
         time.sleep(moment)
-        proc.send_signal(signum)
+        if proc.poll() is None:
+            proc.send_signal(signum)
+        if proc.wait(timeout=300) == 0:   # it ended before the signal, or the signal found it exiting
+            finished = moment
+            assert_finished(proc, work)
+            break
         line = check_stopped(proc, signum, work, step_lines() | {RESUME, NOT_STARTED})
         seen.setdefault(line, []).append(moment)
-    assert NOT_STARTED in seen and set(seen) & step_lines(), seen   # imports and a step were both hit
+    assert NOT_STARTED in seen and set(seen) & step_lines(), (seen, finished)   # imports and a step were both hit
     done = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr

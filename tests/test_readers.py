@@ -128,6 +128,18 @@ def test_read_xtremedistil_tsv_mismatch_policies(tmp_path):
         read_xtremedistil_tsv(path, on_mismatch="drop")
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-8-sig"])
+def test_every_reader_reads_utf16_and_utf32_with_a_byte_order_mark_as_utf8(tmp_path, encoding):
+    """What Notepad saves as "Unicode" (UTF-16 LE with a BOM) reads as the UTF-8 file does (textfile.text_lines)."""
+    bom = "\ufeff" if encoding == "utf-16-be" else ""   # the other codecs write their byte-order mark themselves
+    conll, text = "John B-PER\r\nParis B-LOC\r\n\r\nété O\n", "john was in paris\nà 😀\n"
+    assert read_conll(write(tmp_path, "a.conll", bom + conll, encoding)) == read_conll(write(tmp_path, "b.conll", conll))
+    assert read_conll(write(tmp_path, "a.conll", bom + conll, encoding)) == [
+        Sentence(("John", "Paris"), ("B-PER", "B-LOC")), Sentence(("été",), ("O",))]
+    assert read_unlabeled(write(tmp_path, "a.txt", bom + text, encoding)) == [
+        Sentence(("john", "was", "in", "paris")), Sentence(("à", "😀"))]
+
+
 def test_read_unlabeled(tmp_path):
     path = write(tmp_path, "transfer.txt", "Films About  Ghosts\n\n   \n北京 欢迎\n")
     assert read_unlabeled(path) == [Sentence(("Films", "About", "Ghosts")), Sentence(("北京", "欢迎"))]

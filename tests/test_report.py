@@ -8,6 +8,7 @@ import pytest
 
 from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores
 from xtremedistil_tf.export.predictor import as_text
+from xtremedistil_tf.run import pipeline
 from xtremedistil_tf.run.report import write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -117,6 +118,25 @@ def test_report_without_latency_or_languages(tmp_path):
     assert "| teacher | test | 0.4000 | 0.6000 | 0.5000 | - |  |" in text
     assert "png" not in text and "Latency" not in text
     assert not list((tmp_path / "report_plots").iterdir())
+
+
+def test_report_gives_seen_and_unseen_names_side_by_side_and_reads_older_metrics(work_dir):
+    """Issue 50: report.md's seen/unseen table, teacher beside student (test split); a model whose step predates
+    the scores shows "-", and a metrics.json without any (the fixture's) has no such section, as bin/train's
+    summary has no such rows."""
+    assert "Seen and unseen names" not in write_report(work_dir).read_text()
+    assert pipeline.seen_rows(json.loads((work_dir / "metrics.json").read_text())) == []
+    metrics = json.loads((work_dir / "metrics.json").read_text())
+    kind = {"precision": 0.75, "recall": 0.5, "f1": 0.6, "support": 1234, "predicted": 800}
+    metrics["student"]["scores"]["test"]["seen_unseen"] = {"seen": kind, "unseen": {**kind, "recall": 0.25},
+                                                           "train_entities": 99}
+    (work_dir / "metrics.json").write_text(json.dumps(metrics))
+    text = write_report(work_dir).read_text()
+    assert "## Seen and unseen names (test split)" in text
+    assert "| names | gold entities | teacher recall / precision | student recall / precision |" in text
+    assert "| seen | 1,234 | - | 0.5000 / 0.7500 |" in text and "| unseen | 1,234 | - | 0.2500 / 0.7500 |" in text
+    assert ("test unseen names R / P", "teacher -  student 0.2500 / 0.7500  (of 1,234 other gold entities)") in \
+        pipeline.seen_rows(metrics)
 
 
 def test_report_lists_the_teachers_argmax_scores_beside_its_decoded_ones(work_dir):

@@ -4,11 +4,16 @@ A gold or predicted entity is seen when its type and its words on the served wor
 the labeled train split: whole entities, case and type counting. The expected kinds below are what that rule gives;
 the wrong rules a split could slip into (ignoring case, ignoring the type, a partial match) each get one wrong, and
 the last test checks that they do, so these tests would catch them."""
+import json
+
 import pytest
 
+from xtremedistil_tf.cli.evaluate import format_scores, read_train_entities
 from xtremedistil_tf.data import scoring
+from xtremedistil_tf.data.loading import write_jsonl
 from xtremedistil_tf.data.scoring import char_spans, seen_scores, seen_unseen_rows, tag_scores, train_entities
 from xtremedistil_tf.data.sentence import Sentence
+from xtremedistil_tf.errors import ConfigError
 
 TRAIN = [
     Sentence(["Apple", "hired", "John", "Smith", "in", "New", "York", "."],
@@ -90,3 +95,34 @@ def test_recall_on_gold_and_precision_on_predictions_of_each_kind():
     assert seen_unseen_rows({"teacher": None, "student": scores}) == [
         ["seen", "3", "-", "0.6667 / 1.0000"], ["unseen", "2", "-", "0.5000 / 0.3333"]]
     assert seen_unseen_rows({"teacher": None}) == []
+
+
+def test_bin_evaluate_reads_the_train_labels_of_a_work_dir_or_a_labeled_file(tmp_path):
+    """bin/evaluate --train_labels: a work dir (data/train.jsonl, read in its run's scheme), its data/ folder, or a
+    labeled file read as --test_file is; what cannot hold train labels is refused in one line."""
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    write_jsonl(TRAIN, work / "data" / "train.jsonl")
+    (work / "data" / "step.json").write_text(json.dumps({"fingerprint": {"data": {"scheme": "IOB2"}}}))
+    (tmp_path / "train.conll").write_text("".join("".join(f"{w} {t}\n" for w, t in zip(s.tokens, s.tags)) + "\n"
+                                                  for s in TRAIN), encoding="utf-8")
+    expected = train_entities(TRAIN)
+    assert read_train_entities(str(work), "conll", "", [], "BIOES") == expected   # the run's scheme, not --scheme
+    assert read_train_entities(str(work / "data"), "conll", "", [], "IOB2") == expected
+    assert read_train_entities("train.conll", "conll", str(tmp_path), [], "IOB2") == expected
+    for value, fmt, message in ((str(tmp_path), "conll", "a directory without data/train.jsonl"),
+                                ("x.conll", "demo", "--data_format=demo has no train file; give the work dir"),
+                                (str(work), "label_tsv", "scores names of a tagger")):
+        with pytest.raises(ConfigError, match=message):
+            read_train_entities(value, fmt, "", [], "IOB2")
+
+
+def test_bin_evaluate_prints_seen_and_unseen_beside_the_scores():
+    sentence = TEST[0][0]
+    scores = {"model": "m", "kind": "student", "scheme": "IOB2", "decode": "constrained",
+              **tag_scores([sentence], [sentence.tags], seen=train_entities(TRAIN))}
+    lines = format_scores(scores).splitlines()
+    assert lines[-2:] == [
+        "seen names recall / precision 1.0000 / 1.0000  (of 1 gold entities whose type and words are those of one "
+        "of the 6 entities of --train_labels)",
+        "unseen names recall / precision 1.0000 / 1.0000  (of 2 other gold entities)"]

@@ -3,7 +3,7 @@
 from xtremedistil_tf import stop as _stop
 
 if _stop.is_command():
-    _stop.install()
+    _stop.install(exit_before_work=True)
 
 from xtremedistil_tf import _env  # noqa: E402,F401  (must run before TensorFlow is imported)
 

@@ -9,6 +9,7 @@ import os
 import sys
 import tempfile
 
+from xtremedistil_tf import stop
 from xtremedistil_tf.console import IMPORT_NOISE
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -38,21 +39,22 @@ def _import_tensorflow_quietly() -> None:
         sys.stderr.flush()
         os.dup2(caught.fileno(), 2)
         # The one import that must stay here (ruff PLC0415 allowed): TensorFlow loads while stderr is caught, after
-        # the environment above is set.
-        import tensorflow as tf  # noqa: PLC0415
+        # the environment above is set. A Ctrl-C meanwhile prints its line to the terminal's stderr (stop.py).
+        with stop.console_at(saved):
+            import tensorflow as tf  # noqa: PLC0415
 
-        tf.config.list_physical_devices()  # CUDA probing happens here, while stderr is caught
-        # oneDNN says once per process, at the first float16 kernel, that this CPU (no AVX512-FP16)
-        # computes float16 with Eigen: the cached teacher states are float16, so say it here. In a
-        # graph session of its own: an eager op would initialise the eager context, after which
-        # logical devices and multi-worker collectives can no longer be configured (--distribution).
-        # The session sees the CPU only, so that no GPU is set up before --distribution's settings.
-        graph = tf.Graph()
-        with graph.as_default(), tf.device("/CPU:0"):
-            half = tf.constant(0.0, tf.float16) + tf.constant(1.0, tf.float16)
-        cpu_only = tf.compat.v1.ConfigProto(device_count={"GPU": 0})
-        with tf.compat.v1.Session(graph=graph, config=cpu_only) as session:
-            session.run(half)
+            tf.config.list_physical_devices()  # CUDA probing happens here, while stderr is caught
+            # oneDNN says once per process, at the first float16 kernel, that this CPU (no AVX512-FP16)
+            # computes float16 with Eigen: the cached teacher states are float16, so say it here. In a
+            # graph session of its own: an eager op would initialise the eager context, after which
+            # logical devices and multi-worker collectives can no longer be configured (--distribution).
+            # The session sees the CPU only, so that no GPU is set up before --distribution's settings.
+            graph = tf.Graph()
+            with graph.as_default(), tf.device("/CPU:0"):
+                half = tf.constant(0.0, tf.float16) + tf.constant(1.0, tf.float16)
+            cpu_only = tf.compat.v1.ConfigProto(device_count={"GPU": 0})
+            with tf.compat.v1.Session(graph=graph, config=cpu_only) as session:
+                session.run(half)
         failed = False
     finally:
         sys.stderr.flush()

@@ -18,6 +18,7 @@ import re
 import sys
 import threading
 import warnings
+from pathlib import Path
 from typing import Optional
 
 from absl import logging as absl_logging
@@ -55,11 +56,18 @@ def epoch_line(who: str, epoch: int, epochs: int, seconds: float, context: str =
     return "  ".join(parts) + f"  ({duration(seconds)})"
 
 
+# Where the project's code lives: a record of the root logger is the project's only when it was logged from here
+# (ONNX Runtime's quantizer logs its notices through the root logger: `logging.info(...)`).
+_OURS = tuple(str(Path(__file__).resolve().parent.parent / folder) + os.sep for folder in (PROJECT, "bin"))
+
+
 class _ProjectOnly(logging.Filter):
     """On the console: the project's records (and the command's own), and other libraries' errors."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.name.startswith(PROJECT) or record.name in ("__main__", "root") or record.levelno >= logging.ERROR
+        if record.name.startswith(PROJECT) or record.name == "__main__" or record.levelno >= logging.ERROR:
+            return True
+        return record.name == "root" and os.path.realpath(record.pathname).startswith(_OURS)
 
 
 class _Plain(logging.Formatter):

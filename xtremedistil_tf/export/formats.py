@@ -35,6 +35,7 @@ import tensorflow as tf
 from tokenizers import BertWordPieceTokenizer
 
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
+from xtremedistil_tf import textfile
 from xtremedistil_tf.data import shapes
 from xtremedistil_tf.data.wordsplit import save_splitter
 from xtremedistil_tf.errors import ConfigError
@@ -346,6 +347,7 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
         meta["model_file"] = file_record(tmp / MODEL_FILES[fmt])
         atomic_write_json(tmp / "export.json", meta)
         shutil.copyfile(Path(__file__).with_name("portable.py"), tmp / "predict.py")
+        shutil.copyfile(Path(textfile.__file__), tmp / "textfile.py")   # predict.py reads its input by it
         if module.case:   # predict.py reads word shapes by the training rule: the file itself
             shutil.copyfile(Path(shapes.__file__), tmp / "shapes.py")
     return Exported(target, target / MODEL_FILES[fmt], module)

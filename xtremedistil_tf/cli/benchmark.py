@@ -14,6 +14,10 @@
     bin/benchmark lengths --work_dir=runs/wikiann --length_teachers=minilm,mpnet-base [--length_windows=512]
                           (teacher fine-tuning and cache, batches in order vs grouped by length, interleaved)
     bin/benchmark memory [--memory_sizes=10000,100000 --memory_steps=300]   (peak RSS of student training vs transfer-set size)
+    bin/benchmark peers --work_dir=runs/demo [--spacy_max_minutes=60 --spacy_seed=0 --peers_threads=1 --queries=1000]
+                        (the work dir's student against spaCy's efficiency NER trained on the same labels: span F1 on
+                        the raw test text by one scorer, ms per sentence raw text in, entities out; W/peers.json;
+                        needs spaCy: pip install ".[peers]")
     bin/benchmark precision [--repeats=20]   (a training step under float32 / mixed_bfloat16 / mixed_float16)
     bin/benchmark served_text [--students=50x200 --student_vocab_size=30522 --queries=200 --repeats=3]
         (where the batch-1 time of the SavedModel's text-in signature goes, stage by stage)
@@ -37,6 +41,7 @@ from xtremedistil_tf.benchmarks import (  # noqa: E402
     lengths,
     memory,
     served_text,
+    spacy_peer,
 )
 from xtremedistil_tf.benchmarks.registry import BENCHMARKS
 from xtremedistil_tf.cli import train as _train_flags  # noqa: E402  (bin/benchmark teacher takes bin/train's flags)
@@ -54,6 +59,7 @@ memory.define_flags()
 cache_size.define_flags()
 formats.define_flags()
 served_text.define_flags()
+spacy_peer.define_flags()
 
 
 def main(argv):
@@ -100,6 +106,7 @@ SUBCOMMANDS = (
     ("latency", "teacher and student inference latency at batch 1 and 32 (the paper's speedups)"),
     ("lengths", "the teacher's fine-tuning and cache per teacher, batches in order against grouped by length"),
     ("memory", "peak RSS of student training against the transfer-set size"),
+    ("peers", "the student against spaCy's efficiency NER trained on the same labels: span F1 and speed, raw text in"),
     ("precision", "one training step under float32, mixed_bfloat16 and mixed_float16"),
     ("served_text", "the SavedModel's text-in signature at batch 1, stage by stage (tokens, windows, student, tags, spans)"),
     ("teacher", "the pipeline's teacher beside a plain reference Keras loop: dev/test F1 and training time"),

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from xtremedistil_tf.benchmarks import latency, served_text
 from xtremedistil_tf.data.alignment import TagVocab
+from xtremedistil_tf.export.formats import export_portable
 from xtremedistil_tf.export.serving import NerServing
 from xtremedistil_tf.students.artifact import StudentMeta
 from xtremedistil_tf.students.models import build_bilstm_student
@@ -55,17 +56,42 @@ def test_served_exports_side_by_side(tmp_path, monkeypatch):
         tf.saved_model.save(module, path, signatures=signatures)
     # TensorFlow has started in this process: keep its threads as they are.
     monkeypatch.setattr(served_text, "set_tensorflow_threads", lambda threads, inter_op: threads or 1)
-    result = served_text.compare_exports(paths, rounds=2, seq_length=8, threads=1, inter_op=1, calls=3)
+    result = served_text.compare_exports(paths, rounds=2, seq_length=8, threads=1, inter_op=1, calls=3,
+                                         batch_sizes=(1, 3))
     assert list(result["ms"]) == paths
-    assert all(len(ms) == 2 and min(ms) > 0 for row in result["ms"].values() for ms in row.values())
+    assert all(len(ms) == 2 and min(ms) > 0 for by_batch in result["ms"].values() for row in by_batch.values()
+               for ms in row.values())
     lines = served_text.format_exports(result)
     rows = [line.split("|")[1:-1] for line in lines[3:]]
-    assert [row[0].strip() for row in rows] == paths
+    assert [(row[0].strip(), row[1].strip()) for row in rows] == [(p, b) for p in paths for b in ("1", "3")]
     for row in rows:
-        ids_ms, text_ms, ratio = (float(cell) for cell in row[1:4])
+        ids_ms, text_ms, ratio = (float(cell) for cell in row[2:5])
         assert abs(ratio - text_ms / ids_ms) < 0.01
-    assert min(float(row[4]) for row in rows) == 1.0
+    assert min(float(row[5]) for row in rows) == 1.0
     with pytest.raises(ValueError, match="no such directory: .*missing"):
         served_text.compare_exports([str(tmp_path / "missing")], rounds=1, seq_length=8, threads=1, inter_op=1)
     with pytest.raises(ValueError, match="neither a SavedModel"):
         served_text.compare_exports([str(tmp_path)], rounds=1, seq_length=8, threads=1, inter_op=1)
+
+
+def test_portable_exports_against_a_baseline_revision(toy_student_dir, tmp_path, monkeypatch):
+    """An ONNX export on news-like texts at batch 1 and 4: ids (the model on the text path's own windows), text, and
+    the text path of a git revision's portable.py (here HEAD) on the same export; a revision git does not know is
+    named in one line."""
+    exported = export_portable(toy_student_dir, tmp_path, "ner", "onnx")
+    monkeypatch.setattr(served_text, "set_tensorflow_threads", lambda threads, inter_op: threads or 1)
+    texts = served_text.news_texts(50)
+    assert 13 <= np.mean([len(t.split()) for t in texts]) <= 19
+    assert all(any(word[0].isupper() for word in t.split()[1:]) for t in texts)
+    result = served_text.compare_exports([str(exported.directory)], rounds=1, seq_length=8, threads=1, inter_op=1,
+                                         calls=2, batch_sizes=(1, 4), texts="news", baseline="HEAD")
+    row = result["ms"][str(exported.directory)]
+    assert set(row) == {1, 4} and all(set(r) == {"ids", "text", "baseline"} for r in row.values())
+    lines = served_text.format_exports(result)
+    assert "news-like sentences" in lines[0] and "baseline text ms" in lines[1]
+    assert len(lines) == 5 and all(len(line.split("|")) == 11 for line in lines[3:])
+    baseline = served_text.baseline_portable("HEAD")
+    predictor = baseline.Predictor(exported.directory)
+    assert predictor.predict(texts) == served_text.portable.Predictor(exported.directory).predict(texts)
+    with pytest.raises(ValueError, match="--served_baseline=no-such-rev: "):
+        served_text.baseline_portable("no-such-rev")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import io
+import itertools
 import json
 import os
 import sys
@@ -65,15 +66,43 @@ def viterbi(potentials: np.ndarray, transitions: np.ndarray) -> np.ndarray:
     (transitions[i, j]: score of tag i followed by tag j); ties go to the lower tag id."""
     if len(potentials) == 0:
         return np.zeros(0, np.int64)
-    score, backpointers = potentials[0], []
+    score, backpointers, best = potentials[0], [], np.maximum.reduce
     for emission in potentials[1:]:
         candidates = score[:, None] + transitions
         backpointers.append(candidates.argmax(0))
-        score = candidates.max(0) + emission
+        score = best(candidates, 0) + emission
     path = [int(score.argmax())]
-    for pointers in reversed(backpointers):
-        path.append(int(pointers[path[-1]]))
+    for pointers in reversed(np.array(backpointers).tolist()):
+        path.append(pointers[path[-1]])
     return np.array(path[::-1])
+
+
+def viterbi_batch(potentials: np.ndarray, lengths: np.ndarray, transitions: np.ndarray) -> np.ndarray:
+    """`viterbi` of many sequences at once: potentials [B, T, N] of which row b's first lengths[b] are its sequence;
+    the paths [B, T] (each row's path in its first lengths[b]; the rest is to be ignored). The same sums and
+    tie-breaking as `viterbi`, row by row: a row past its length keeps its score and points each tag to itself."""
+    count, steps, _ = potentials.shape
+    paths = np.zeros((count, max(steps, 1)), np.int64)
+    if count == 0 or steps == 0:
+        return paths[:, :steps]
+    lengths = np.asarray(lengths)
+    score, keep = potentials[:, 0], np.arange(transitions.shape[0])
+    backpointers = np.empty((steps - 1, count, transitions.shape[0]), np.int64)
+    shortest = int(lengths.min())
+    for t in range(1, steps):
+        candidates = score[:, :, None] + transitions
+        if t < shortest:   # every row is still in its sequence
+            backpointers[t - 1] = candidates.argmax(1)
+            score = np.maximum.reduce(candidates, 1) + potentials[:, t]
+            continue
+        live = (t < lengths)[:, None]
+        backpointers[t - 1] = np.where(live, candidates.argmax(1), keep)
+        score = np.where(live, np.maximum.reduce(candidates, 1) + potentials[:, t], score)
+    paths[:, -1] = score.argmax(1)
+    rows = np.arange(count)
+    for t in range(steps - 1, 0, -1):
+        paths[:, t - 1] = backpointers[t - 1][rows, paths[:, t]]
+    return paths
 
 
 def decode_words(probs: np.ndarray, meta: dict):
@@ -83,20 +112,58 @@ def decode_words(probs: np.ndarray, meta: dict):
     takes the Viterbi path over their logs under "word_transitions" (0 or -1e4) with the tags that
     may not start ("word_start") or end ("word_end") a text forbidden (the argmax where it is already
     valid), "argmax" each word's best."""
-    num_labels = len(meta["word_start"])
-    fold = np.eye(num_labels + 1, dtype=np.float32)[np.array(meta["label_of_tag"])][:, :num_labels]  # -1: no label
-    scores = (np.asarray(probs, np.float32)[:, :, None] * fold[None]).max(1)
-    if meta["decode"] == "argmax":
-        labels = scores.argmax(1)
-    else:
-        potentials = np.log(np.maximum(scores, np.finfo(np.float32).tiny))
-        potentials[0, ~np.array(meta["word_start"])] = FORBIDDEN
-        potentials[-1, ~np.array(meta["word_end"])] = FORBIDDEN
-        transitions, greedy = np.array(meta["word_transitions"], np.float32), potentials.argmax(1)
+    return decode_batch(probs, np.array([len(probs)]), meta)
+
+
+def decode_batch(probs: np.ndarray, lengths: Sequence[int], meta: dict):
+    """`decode_words` of many texts at once: probs [W, tags] of all their words in order, lengths [K] words per text
+    (0 for a text without words); labels [W] and scores [W] (`WordDecoding`)."""
+    return WordDecoding(meta)(probs, lengths)
+
+
+class WordDecoding:
+    """`decode_batch` with export.json's tables read once. The greedy path is checked for all texts together, and
+    the texts whose greedy path breaks the scheme take the Viterbi path (`viterbi_batch`), all of them at once."""
+
+    def __init__(self, meta: dict):
+        num_labels = len(meta["word_start"])
+        # -1 in label_of_tag: no label
+        self.fold = np.eye(num_labels + 1, dtype=np.float32)[np.array(meta["label_of_tag"])][:, :num_labels]
+        self.argmax = meta["decode"] == "argmax"
+        self.not_start = np.flatnonzero(~np.array(meta["word_start"]))[None, :]
+        self.not_end = np.flatnonzero(~np.array(meta["word_end"]))[None, :]
+        self.transitions = np.array(meta["word_transitions"], np.float32)
+        self.tiny = np.finfo(np.float32).tiny
+
+    def __call__(self, probs: np.ndarray, lengths: Sequence[int]):
+        lengths = np.asarray(lengths, np.int64)
+        probs = np.asarray(probs, np.float32).reshape(len(probs), len(self.fold))
+        scores = (probs[:, :, None] * self.fold).max(1)
+        if self.argmax or len(scores) == 0:
+            labels = scores.argmax(1)
+            return labels, scores[np.arange(len(labels)), labels]
+        bounds = np.cumsum(lengths)
+        firsts = bounds - lengths
+        nonempty = lengths > 0
+        ends = bounds[nonempty] - 1
+        potentials = np.log(np.maximum(scores, self.tiny))
+        potentials[firsts[nonempty, None], self.not_start] = FORBIDDEN
+        potentials[ends[:, None], self.not_end] = FORBIDDEN
+        labels = potentials.argmax(1)
         # A valid argmax path is the best path (no transition scores above 0), as WordDecoder.best_valid.
-        valid = (transitions[greedy[:-1], greedy[1:]] == 0).all()
-        labels = greedy if valid else viterbi(potentials, transitions)
-    return labels, scores[np.arange(len(labels)), labels]
+        broken = self.transitions[labels[:-1], labels[1:]] != 0
+        broken[ends[:-1]] = False   # the move from a text's last word to the next text's first
+        if broken.any():
+            word_text = np.repeat(np.arange(len(lengths)), lengths)
+            invalid = np.flatnonzero(np.bincount(word_text[:-1][broken], minlength=len(lengths)))
+            n, first = lengths[invalid], firsts[invalid]
+            if len(invalid) == 1:   # one text: the plain loop is quicker
+                labels[first[0]:first[0] + n[0]] = viterbi(potentials[first[0]:first[0] + n[0]], self.transitions)
+            else:
+                index = first[:, None] + np.minimum(np.arange(n.max()), n[:, None] - 1)
+                valid = np.arange(n.max()) < n[:, None]
+                labels[index[valid]] = viterbi_batch(potentials[index], n, self.transitions)[valid]
+        return labels, scores[np.arange(len(labels)), labels]
 
 
 def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
@@ -297,6 +364,12 @@ class Predictor(Tokenization):
         check_model_file(path, meta.get("model_file"))
         # Whether the student reads each piece's word shape (export.json "case"; exports before it: no).
         self.case = bool(meta.get("case"))
+        self._shapes: Dict[str, int] = {}   # word_shapes' memory
+        self.prefixes, self.type_ids = np.array(meta["prefixes"]), np.array(meta["type_ids"])
+        # Softmax students decode words from all tags' probabilities (exports before decode_words: the piece tags).
+        self.word_decoding = WordDecoding(meta) if self.transitions is None and "label_of_tag" in meta else None
+        self.inside_or_end, self.begin_or_inside = (np.isin(self.prefixes, codes) for codes in ((INSIDE, END),
+                                                                                               (BEGIN, INSIDE)))
         if self.case and word_shape is None:
             raise DamagedModel(directory / "shapes.py", "missing (the student reads word shapes by it); copy the whole "
                                                         "export folder")
@@ -309,27 +382,49 @@ class Predictor(Tokenization):
             raise DamagedModel(path, f"{meta['format']} runtime cannot load it ({path.stat().st_size} bytes: "
                                      f"{_first_line(e)})") from e
 
+    def _layout(self, texts: Sequence[str]) -> "_Batch":
+        """`texts` as one model batch (`_Batch`): their pieces, words and windows, in NumPy."""
+        texts = list(texts)
+        if self.words is None:
+            encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False)
+            ids = [e.ids for e in encodings]
+            counts = np.fromiter(map(len, ids), np.int64, len(ids))
+            flat_ids = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(counts.sum()))
+            offsets = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(
+                e.offsets for e in encodings)), np.int64, 2 * len(flat_ids)).reshape(-1, 2)
+            piece_text = np.repeat(np.arange(len(ids)), counts)
+            position = np.arange(len(flat_ids)) - (np.cumsum(counts) - counts)[piece_text]
+            # word_spans' rule: a word starts at each piece that is not a "##" continuation (and at a text's first);
+            # it ends where the latest-ending of its pieces ends.
+            firsts = np.flatnonzero((position == 0) | ~self.continuation[flat_ids])
+            starts = offsets[firsts, 0]
+            ends = np.maximum.reduceat(offsets[:, 1], firsts) if len(firsts) else np.zeros(0, np.int64)
+            words_per_text = np.bincount(piece_text[firsts], minlength=len(ids))
+        else:   # words.json's words, each encoded alone
+            found = self.pieces(texts)
+            counts = np.array([len(i) for i, _ in found], np.int64)
+            flat_ids = np.fromiter(itertools.chain.from_iterable(i for i, _ in found), np.int64, int(counts.sum()))
+            words = np.array([w for _, ws in found for w in ws], np.int64).reshape(-1, 3)
+            words_per_text = np.array([len(ws) for _, ws in found], np.int64)
+            word_text = np.repeat(np.arange(len(found)), words_per_text)
+            firsts = words[:, 0] + (np.cumsum(counts) - counts)[word_text]
+            starts, ends = words[:, 1], words[:, 2]
+            piece_text = np.repeat(np.arange(len(found)), counts)
+            position = np.arange(len(flat_ids)) - (np.cumsum(counts) - counts)[piece_text]
+        return _Batch(self, texts, counts, flat_ids, firsts, starts, ends, words_per_text, piece_text, position)
+
     def windows(self, texts: Sequence[str]):
         """(input_ids [C, L] int32, attention_mask [C, L] int32, per text: (pieces, words, first window), and for a
         student that reads them the pieces' word shapes [C, L] int32 (`word_shape` of each piece's word; else None))."""
-        rows, shape_rows, pieces = [], [], []
-        for text, (ids, words) in zip(texts, self.pieces(texts)):
-            step = self.budget or max(len(ids), 1)
-            pieces.append((np.array(ids, np.int64), words, len(rows)))
-            cuts = range(0, max(len(ids), 1), step)
-            rows.extend([self.cls] + ids[start:start + step] + [self.sep] for start in cuts)
-            if self.case:
-                shapes = piece_shapes(text, words, len(ids))
-                shape_rows.extend([PAD_SHAPE] + shapes[start:start + step] + [PAD_SHAPE] for start in cuts)
-        width = max(len(r) for r in rows)
-        input_ids = np.full((len(rows), width), self.pad, np.int32)
-        case_ids = np.full((len(rows), width), PAD_SHAPE, np.int32) if self.case else None
-        for i, row in enumerate(rows):
-            input_ids[i, :len(row)] = row
-            if self.case:
-                case_ids[i, :len(row)] = shape_rows[i]
-        attention_mask = (np.arange(width)[None, :] < np.array([len(r) for r in rows])[:, None]).astype(np.int32)
-        return input_ids, attention_mask, pieces, case_ids
+        batch = self._layout(texts)
+        piece_bounds = np.cumsum(batch.counts).tolist()
+        word_bounds = np.cumsum(batch.words_per_text).tolist()
+        in_text = batch.firsts - np.repeat(np.cumsum(batch.counts) - batch.counts, batch.words_per_text)
+        words = list(zip(in_text.tolist(), batch.starts.tolist(), batch.ends.tolist()))
+        pieces = [(batch.flat_ids[p0:p1], words[w0:w1], first) for p0, p1, w0, w1, first in
+                  zip([0] + piece_bounds[:-1], piece_bounds, [0] + word_bounds[:-1], word_bounds,
+                      batch.first_window.tolist())]
+        return batch.input_ids, batch.attention_mask, pieces, batch.case_ids
 
     def ids(self, input_ids: np.ndarray, attention_mask: np.ndarray, case_ids: Optional[np.ndarray] = None):
         """Piece tags of windows [C, L] (with [CLS]/[SEP]; and their word shapes, for a student that reads them):
@@ -345,66 +440,122 @@ class Predictor(Tokenization):
             return outputs["tag_ids"], outputs["tag_probs"]
         tag_ids = np.full(attention_mask.shape, self.meta["pad_tag"], np.int32)
         tag_probs = np.zeros(attention_mask.shape, np.float32)
-        for row, (potentials, n) in enumerate(zip(outputs["potentials"], attention_mask.sum(1))):
-            path = viterbi(potentials[:n], self.transitions)
-            tag_ids[row, :n] = path
-            tag_probs[row, :n] = marginals(potentials[:n], self.transitions)[np.arange(n), path]
+        lengths = attention_mask.sum(1)
+        paths = viterbi_batch(outputs["potentials"], lengths, self.transitions)
+        for row, (potentials, n) in enumerate(zip(outputs["potentials"], lengths)):
+            tag_ids[row, :n] = paths[row, :n]
+            tag_probs[row, :n] = marginals(potentials[:n], self.transitions)[np.arange(n), paths[row, :n]]
         return tag_ids, tag_probs
 
+    def word_shapes(self, words: Sequence[str]) -> List[int]:
+        """`word_shape` of each of `words`, remembered (a shape depends on the word alone; at most 2**16 of them)."""
+        cache = self._shapes
+        if len(cache) > 1 << 16:
+            cache.clear()
+        missing = [w for w in set(words) if w not in cache]
+        cache.update(zip(missing, map(word_shape, missing)))
+        return [cache[w] for w in words]
+
     def predict(self, texts: Sequence[str], batch_size: int = 64) -> List[dict]:
-        """One {"text", "entities": [{"start", "end", "type", "text", "confidence"}]} per text."""
+        """One {"text", "entities": [{"start", "end", "type", "text", "confidence"}]} per text; the texts run through
+        the model `batch_size` at a time, in their order."""
         records = []
         for start in range(0, len(texts), batch_size):
-            batch = list(texts[start:start + batch_size])
-            input_ids, attention_mask, pieces, case_ids = self.windows(batch)
-            outputs = self.run(input_ids, attention_mask, case_ids)
-            tag_ids, tag_probs = self._piece_tags(outputs, attention_mask)
-            # Softmax students decode words from all tags' probabilities (exports before decode_words: argmax).
-            all_probs = outputs["probs"] if self.transitions is None and "label_of_tag" in self.meta else None
-            for text, (ids, words, first) in zip(batch, pieces):
-                values = self._piece_values([tag_ids, tag_probs] + ([all_probs] if all_probs is not None else []),
-                                            first, len(ids))
-                records.append({"text": text, "entities": self._entities(text, words, *values)})
+            batch = self._layout(texts[start:start + batch_size])
+            outputs = self.run(batch.input_ids, batch.attention_mask, batch.case_ids)
+            records.extend(self._records(batch, outputs))
         return records
 
-    def _piece_values(self, arrays, first: int, count: int):
-        """The values of a text's `count` pieces in each of `arrays` [C, L, ...], from its windows
-        starting at `first`."""
-        step = self.budget or max(count, 1)
-        values = [[] for _ in arrays]
-        for window, start in enumerate(range(0, count, step)):
-            n = min(step, count - start)
-            for value, array in zip(values, arrays):
-                value.extend(array[first + window, 1:1 + n])
-        return values
-
-    def _entities(self, text: str, spans_of_words, tags, probs, all_probs=None) -> List[dict]:
-        """`spans_of_words`: (first piece, start char, end char) of each word."""
+    def _records(self, batch: "_Batch", outputs: Dict[str, np.ndarray]) -> List[dict]:
+        """The records of a batch's texts from the model's outputs: each word's tag is read at its first piece,
+        decoded for all words of the batch at once (`decode_batch`; exports before decode_words: the piece tags),
+        and spans of words as the lenient span decoding of docs/serving.md gives them."""
         meta = self.meta
-        # [tag, prob, start char, end char] per word; a word's tag is its first piece's
-        words = [[int(tags[first]), float(probs[first]), start, end] for first, start, end in spans_of_words]
-        if all_probs is not None and words:
-            labels, scores = decode_words(np.array([all_probs[first] for first, _, _ in spans_of_words]), meta)
-            for word, label, score in zip(words, labels, scores):
-                word[0], word[1] = int(label), float(score)
-        spans = []  # [type id, first word, last word, probabilities]
-        previous_prefix, previous_type = OUTSIDE, -1
-        for index, (tag, prob, _, _) in enumerate(words):
-            prefix, type_id = meta["prefixes"][tag], meta["type_ids"][tag]
-            continues = (index > 0 and prefix in (INSIDE, END) and previous_prefix in (BEGIN, INSIDE)
-                         and previous_type == type_id)
-            if continues:
-                spans[-1][2] = index
-                spans[-1][3].append(prob)
-            elif prefix != OUTSIDE:
-                spans.append([type_id, index, index, [prob]])
-            previous_prefix, previous_type = prefix, type_id
-        entities = []
-        for type_id, first, last, span_probs in spans:
-            start, end = words[first][2], words[last][3]
-            entities.append({"start": start, "end": end, "type": meta["types"][type_id], "text": text[start:end],
-                             "confidence": round(float(np.mean(np.array(span_probs, np.float32))), 6)})
-        return entities
+        tag_ids, tag_probs = self._piece_tags(outputs, batch.attention_mask)
+        rows, cols = batch.word_rows, batch.word_cols
+        if self.word_decoding is not None:
+            labels, probs = self.word_decoding(outputs["probs"][rows, cols], batch.words_per_text)
+        else:
+            labels, probs = tag_ids[rows, cols], tag_probs[rows, cols]
+        probs = np.asarray(probs, np.float32)
+        type_id = self.type_ids[labels]
+        # Lenient spans: a word continues the span before it where it is inside or last (I-, E-) of the same type
+        # after a first or inside word (B-, I-) of the same text; any other word not outside starts a span.
+        continues = np.zeros(len(labels), bool)
+        if len(labels) > 1:
+            continues[1:] = (self.inside_or_end[labels[1:]] & self.begin_or_inside[labels[:-1]]
+                             & (type_id[1:] == type_id[:-1]))
+        continues[batch.text_first_words] = False
+        begins = (self.prefixes[labels] != OUTSIDE) & ~continues
+        ends_span = (begins | continues) & ~np.append(continues[1:], False)
+        first, last = np.flatnonzero(begins), np.flatnonzero(ends_span)
+        confidence = span_means(probs, first, last)
+        records = [{"text": text, "entities": []} for text in batch.texts]
+        types, starts, ends = meta["types"], batch.starts, batch.ends
+        for text_index, start, end, type_index, mean in zip(batch.word_text[first].tolist(), starts[first].tolist(),
+                                                            ends[last].tolist(), type_id[first].tolist(),
+                                                            confidence.tolist()):
+            text = batch.texts[text_index]
+            records[text_index]["entities"].append({"start": start, "end": end, "type": types[type_index],
+                                                    "text": text[start:end], "confidence": round(mean, 6)})
+        return records
+
+
+class _Batch:
+    """Texts as one model batch: `counts` [K] pieces per text, `flat_ids` [P] all their pieces in order, per word
+    (W in all, in order) the index in `flat_ids` of its first piece (`firsts`) and its start and end characters;
+    `words_per_text` [K]. Built from them: the windows (input_ids, attention_mask, case_ids: `Predictor.windows`),
+    `first_window` [K] of each text, and each word's text (`word_text`) and first piece's place in the windows
+    (`word_rows`, `word_cols`); `text_first_words`: the first word of each text that has words."""
+
+    def __init__(self, predictor: "Predictor", texts: List[str], counts, flat_ids, firsts, starts, ends,
+                 words_per_text, piece_text, position):
+        self.texts, self.counts, self.flat_ids, self.firsts = texts, counts, flat_ids, firsts
+        self.starts, self.ends, self.words_per_text = starts, ends, words_per_text
+        # A text's windows: `budget` pieces each (one window, whatever its length, without a budget); an empty text
+        # is one window of [CLS] [SEP].
+        if predictor.budget:
+            step = predictor.budget
+            per_text = np.maximum(-(-counts // step), 1)
+            self.first_window = np.cumsum(per_text) - per_text
+            window_text = np.repeat(np.arange(len(texts)), per_text)
+            window_index = np.arange(len(window_text)) - self.first_window[window_text]
+            lengths = np.clip(counts[window_text] - window_index * step, 0, step) + 2
+            piece_rows = self.first_window[piece_text] + position // step
+            piece_cols = 1 + position % step
+        else:
+            self.first_window, lengths = np.arange(len(texts)), counts + 2
+            piece_rows, piece_cols = piece_text, position + 1
+        width = int(lengths.max()) if len(lengths) else 2
+        self.input_ids = np.full((len(lengths), width), predictor.pad, np.int32)
+        self.input_ids[:, 0] = predictor.cls
+        self.input_ids[piece_rows, piece_cols] = flat_ids
+        self.input_ids[np.arange(len(lengths)), lengths - 1] = predictor.sep
+        self.attention_mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int32)
+        self.word_text = np.repeat(np.arange(len(texts)), words_per_text)
+        self.word_rows, self.word_cols = piece_rows[firsts], piece_cols[firsts]
+        self.text_first_words = (np.cumsum(words_per_text) - words_per_text)[words_per_text > 0]
+        self.case_ids = None
+        if predictor.case:   # each piece gets its word's shape; [CLS], [SEP] and padding PAD_SHAPE
+            shapes = np.array(predictor.word_shapes([texts[k][s:e] for k, s, e in zip(
+                self.word_text.tolist(), starts.tolist(), ends.tolist())]), np.int32)
+            is_first = np.zeros(len(flat_ids), bool)
+            is_first[firsts] = True
+            self.case_ids = np.full(self.input_ids.shape, PAD_SHAPE, np.int32)
+            self.case_ids[piece_rows, piece_cols] = shapes[np.cumsum(is_first) - 1]
+
+
+def span_means(probs: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """The float32 mean of `probs` [W] float32 over each span of words first..last (inclusive), exactly as
+    np.mean of each span's own array: spans of one length are averaged together, one row each."""
+    length = last - first + 1
+    if len(length) and (length == 1).all():   # all one word: their own probability
+        return probs[first]
+    means = np.zeros(len(first), np.float32)
+    for n in set(length.tolist()):
+        which = np.flatnonzero(length == n)
+        means[which] = probs[first[which, None] + np.arange(n)].mean(axis=1)
+    return means
 
 
 def piece_shapes(text: str, words: Sequence[tuple], count: int) -> List[int]:

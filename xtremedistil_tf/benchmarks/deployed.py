@@ -22,7 +22,7 @@ from xtremedistil_tf.benchmarks import peers
 from xtremedistil_tf.benchmarks.latency import DEFAULT_REPEATS, machine, make_queries
 from xtremedistil_tf.benchmarks.latency import define_flags as define_latency_flags
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.io import atomic_write_json, read_json
+from xtremedistil_tf.io import atomic_write_json, check_output_file, read_json
 from xtremedistil_tf.methods.student_run import load_student
 from xtremedistil_tf.students.artifact import served_model
 from xtremedistil_tf.teachers.saved import load_teacher
@@ -113,10 +113,11 @@ def run(repeats: int) -> List[str]:
     if FLAGS.latency_threads < 0 or FLAGS.queries < 1 or FLAGS.seq_length < 3:
         raise ConfigError(f"--latency_threads={FLAGS.latency_threads} --queries={FLAGS.queries} "
                           f"--seq_length={FLAGS.seq_length}: expected threads >= 0, queries >= 1, seq_length >= 3")
+    output = FLAGS.output_json or str(Path(FLAGS.work_dir) / RESULT)
+    check_output_file(output, f"--output_json={FLAGS.output_json}" if FLAGS.output_json else output)
     threads = peers.set_tensorflow_threads(FLAGS.latency_threads)
     passes = repeats if FLAGS["repeats"].present else DEFAULT_REPEATS
     result = measure(FLAGS.work_dir, FLAGS.queries, FLAGS.seq_length, passes, threads, FLAGS.deployed_rows)
-    output = FLAGS.output_json or str(Path(FLAGS.work_dir) / RESULT)
     atomic_write_json(output, result)
     return (peers.format_lines(result, result["seq_length"]) + speed_lines(result)
             + [f"results written to {output}"])

@@ -52,7 +52,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export import formats
 from xtremedistil_tf.export.portable import Predictor
 from xtremedistil_tf.export.predictor import entities, load_serving_fn, predict
-from xtremedistil_tf.io import atomic_dir, atomic_write_json, file_sha256, read_json
+from xtremedistil_tf.io import atomic_dir, atomic_write_json, check_output_file, file_sha256, read_json
 from xtremedistil_tf.students.artifact import CLASSIFIER, read_config
 
 FLAGS = flags.FLAGS
@@ -401,12 +401,13 @@ def run(repeats: int) -> List[str]:
                           f"{FLAGS.spacy_max_minutes} --spacy_max_steps={FLAGS.spacy_max_steps} --spacy_patience="
                           f"{FLAGS.spacy_patience} --spacy_eval_frequency={FLAGS.spacy_eval_frequency}: expected "
                           "threads, queries and eval frequency >= 1, the rest >= 0")
+    output = FLAGS.output_json or str(Path(FLAGS.work_dir) / RESULT)
+    check_output_file(output, f"--output_json={FLAGS.output_json}" if FLAGS.output_json else output)
     threads = peers.set_tensorflow_threads(FLAGS.peers_threads)
     passes = repeats if FLAGS["repeats"].present else DEFAULT_REPEATS
     settings = {"lang": FLAGS.spacy_lang, "seed": FLAGS.spacy_seed, "max_steps": FLAGS.spacy_max_steps,
                 "patience": FLAGS.spacy_patience, "eval_frequency": FLAGS.spacy_eval_frequency}
     result = measure(FLAGS.work_dir, settings, FLAGS.spacy_max_minutes, FLAGS.queries, passes, threads,
                      FLAGS.overwrite)
-    output = FLAGS.output_json or str(Path(FLAGS.work_dir) / RESULT)
     atomic_write_json(output, result)
     return format_lines(result) + [f"results written to {output}"]

@@ -66,7 +66,7 @@ def predict_lines() -> None:
     source, name = _input(FLAGS.input)   # a missing --input fails before the model loads
     with source as stream:
         try:
-            # The input is read a batch at a time (portable.text_lines: UTF-8, or UTF-16/32 with a byte-order mark; a
+            # The input is read a batch at a time (textfile.text_lines: UTF-8, or UTF-16/32 with a byte-order mark; a
             # binary file refused at its first line, before the model loads); each batch's records are written
             # before the next is read, and a Ctrl-C ends the command at the end of the batch at the latest.
             lines = batches(text_lines(stream, name), FLAGS.batch_size)

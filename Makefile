@@ -59,7 +59,7 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m slow -q
 
-# The part of the slow tier CI runs after `make test` (.ci/run): the whole tier (135 tests, more than an hour
+# The part of the slow tier CI runs after `make test` (.ci/run): the whole tier (144 tests, more than an hour
 # serially on 2 cores) would not fit CI's 90 minutes with a margin. These are the slow tests no default-tier
 # test stands in for (docs/testing.md): runs killed with SIGKILL and resumed, the full formats table, a diverging
 # student through bin/train, bin/distil_lm end to end; and the end-to-end tests moved out of the default tier

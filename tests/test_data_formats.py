@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, _require
 from test_pipeline import toy_config
 
 from xtremedistil_tf.data import tfds_builders as tb
@@ -84,8 +84,7 @@ def write_formats(splits: dict, root: Path) -> None:
 
 @pytest.fixture(scope="module")
 def wikiann_formats(tmp_path_factory):
-    if not (SHARED_DATA / "wikiann" / "en").exists():
-        pytest.skip(f"{SHARED_DATA / 'wikiann'} not present (real data lives outside the project)")
+    _require(SHARED_DATA / "wikiann" / "en")   # real data lives outside the project: skipped without it
     root = tmp_path_factory.mktemp("wikiann_formats")
     splits = wikiann_slice(SHARED_DATA, root / "wikiann")
     write_formats(splits, root)

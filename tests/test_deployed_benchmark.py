@@ -2,6 +2,7 @@
 (the same rows, exports and ratios), and the speed table make demo's summary prints from its JSON."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -37,7 +38,7 @@ def finished_work_dir(tmp_path_factory, tiny_bert_dir):
     cfg = small_config(tmp_path_factory.mktemp("work"), corpus, tiny_bert_dir)
     cfg.teacher.finetune.epochs = 0
     pipeline.run(cfg)
-    return cfg.work_dir
+    return Path(cfg.work_dir)
 
 
 @pytest.mark.slow   # a pipeline run, then four exports of teacher and student (about a minute)

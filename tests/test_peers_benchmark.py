@@ -2,19 +2,17 @@
 both scored by one function on the raw test text and timed in one process; refused in one line without spaCy."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO
 from test_bad_inputs import ENV
-from test_transfer_text import small_config, write_small_corpus
+from test_deployed_benchmark import finished_work_dir  # noqa: F401  (a module fixture: a tiny finished run)
 
 from xtremedistil_tf.benchmarks import peers, spacy_peer
 from xtremedistil_tf.data import scoring
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import read_json
-from xtremedistil_tf.run import pipeline
 
 
 def test_without_spacy_the_benchmark_refuses_in_one_line_before_any_work(tmp_path):
@@ -89,15 +87,6 @@ def test_a_sentence_becomes_a_spacy_doc_of_its_raw_text_and_entities():
     scores = spacy_peer.score_systems(SENTENCES, "IOB2", {"spacy": lambda texts: spacy_peer.spacy_spans(nlp, texts),
                                                           "same": lambda texts: spans})
     assert scores["spacy"] == scores["same"] and scores["spacy"]["all"]["precision"] == 1.0
-
-
-@pytest.fixture(scope="module")
-def finished_work_dir(tmp_path_factory, tiny_bert_dir):
-    corpus = write_small_corpus(tmp_path_factory.mktemp("corpus"))
-    cfg = small_config(tmp_path_factory.mktemp("work"), corpus, tiny_bert_dir)
-    cfg.teacher.finetune.epochs = 0
-    pipeline.run(cfg)
-    return Path(cfg.work_dir)
 
 
 @pytest.mark.slow   # a pipeline run, an int8 ONNX export, spaCy trained 20 steps and the timing (about a minute and a half)

@@ -120,7 +120,7 @@ def against_the_layers(graph):
 # What each layer owns, for the table (the folder's docstring says more).
 OWNS = {
     "": "user-facing errors, atomic writes and file hashes, console lines, the environment set before TensorFlow loads, "
-        "Ctrl-C and SIGTERM recorded from the first line, damaged model files named, the one reader of text files",
+        "Ctrl-C and SIGTERM recorded from the first line, damaged model files named, the one reader of text files, resident memory per step",
     "data": "readers, tag schemes, the served word split, word shapes, words <-> pieces and windows, splits, batches by length, token and span F1",
     "crf": "CRF ops (checked against tensorflow-addons' outputs), the CRF layer, word decoding under a tag scheme",
     "losses": "every loss as a tensor function, listed in losses/registry.py (docs/equations.md); uncertainty weighting",
@@ -149,7 +149,8 @@ def layer_table() -> str:
         here = layer_of(module, packages)
         count[here] += 1
         uses[here].update(layer_of(t, packages) for t in targets if t != ENTRY)
-    name = lambda layer: f"`{layer}/`" if layer else "root (`errors`, `io`, `console`, `_env`, `stop`, `damage`, `textfile`)"  # noqa: E731
+    roots = ", ".join(f"`{m.split('.')[-1]}`" for m in sorted(graph) if m != ENTRY and not layer_of(m, packages))
+    name = lambda layer: f"`{layer}/`" if layer else f"root ({roots})"  # noqa: E731
     lines = [BEGIN, "| # | layer | modules | owns | imports (read from the code) |", "|---|---|---|---|---|"]
     for i, layer in enumerate(LAYERS):
         imported = ", ".join(f"`{u}/`" if u else "root" for u in LAYERS if u in uses[layer] and u != layer) or "-"

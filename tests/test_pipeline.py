@@ -241,6 +241,19 @@ def test_rerun_skips_finished_steps(finished_run):
     assert os.stat(os.path.join(cfg.work_dir, "teacher", "model", "head.npz")).st_mtime_ns == stamp
 
 
+def test_each_step_records_its_own_peak_memory_and_a_rerun_keeps_it(finished_run, monkeypatch):
+    cfg, metrics = finished_run
+    peaks = metrics["peak_rss_mib"]
+    assert list(peaks) == ["data", "teacher", "transfer", "student"]
+    assert all(100 < mib < 16384 for mib in peaks.values()), peaks
+    # A rerun skips every step: it measures nothing new, and the steps' own peaks stay in metrics.json.
+    monkeypatch.setattr(pipeline.resident, "peak_mib", lambda: 1e9)
+    again = pipeline.run(cfg)
+    assert again["peak_rss_mib"] == peaks
+    summary = pipeline.summary_table(cfg.work_dir, again)
+    assert f"student {peaks['student'] / 1024:.2f} GiB" in summary.splitlines()[-2]
+
+
 def test_a_damaged_shard_of_a_finished_transfer_step_is_named_and_computed_again(finished_run, tmp_path, caplog):
     """A shard of the teacher-output cache whose bytes changed in place (same size: a bad disk or copy) would stop a
     student hours in with TensorFlow's 'corrupted record'; a rerun names it in one line and recomputes just it."""

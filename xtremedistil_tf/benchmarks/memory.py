@@ -9,8 +9,8 @@ first 2,000 windows are labeled, the rest carry [PAD] tags (unlabeled transfer s
 the pipeline's transfer cache. Full size, nothing reduced: 100k windows are 5.2 GiB on disk (the
 caches are deleted afterwards).
 
-Each (loop, size) runs in a fresh Python process, so its peak RSS (`getrusage(RUSAGE_SELF)
-.ru_maxrss`, the kernel's VmHWM) is that run's alone, and trains for the same number of batches
+Each (loop, size) runs in a fresh Python process, so its peak RSS (the kernel's VmHWM,
+`resident.peak_mib`) is that run's alone, and trains for the same number of batches
 at every size (compute equal, only the data size differs):
 - staged: XtremeDistil D4.2 through `student_run.staged_sources` + `staged.train_student`, the
   code `bin/train --method=xtremedistil` runs, one epoch per unfreeze step, the transfer epoch cut
@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
+from xtremedistil_tf import resident
 from xtremedistil_tf.methods import multigrained as mg
 from xtremedistil_tf.methods.staged import DistilConfig, train_student
 from xtremedistil_tf.methods.student_run import staged_sources
@@ -109,27 +109,13 @@ def write_cache(directory, size: int, labeled: int = LABELED, **shape) -> dict:
                          fingerprint={"benchmark": "memory", "labeled": labeled, **shape}, progress=False)
 
 
-def _rss_mib() -> float:
-    """Resident set size now (VmRSS), MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _peak_rss_mib() -> float:
-    """Peak resident set size of this process so far (ru_maxrss: KiB on Linux), MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def train_staged(transfer_dir, dev_dir, steps: int) -> Dict[str, float]:
     """D4.2 on the cache through the pipeline's staged_sources and train_student (see module doc)."""
     config = DistilConfig(pad_id=PAD_ID, epochs_per_layer=1, patience=None, batch_size=BATCH, seed=0)
     tf.keras.utils.set_random_seed(config.seed)
     train_for, transfer_for, dev_ds = staged_sources(config, transfer_dir, dev_dir, LABELED)
     student = build_bilstm_student(VOCAB, TAGS, embedding_dim=EMBEDDING, hidden=UNITS, teacher_hidden=HIDDEN)
-    before, start = _rss_mib(), time.perf_counter()
+    before, start = resident.rss_mib(), time.perf_counter()
     history = train_student("D4.2", student, train_for, lambda seed: transfer_for(seed).take(steps), dev_ds, config)
     return {"rss_before_mib": before, "seconds": time.perf_counter() - start, "fits": len(history.steps)}
 
@@ -146,7 +132,7 @@ def train_multigrained_steps(transfer_dir, steps: int, shuffle_buffer: int = 0) 
     # The engine's step (what Keras' fit traces), compiled once for every batch shape.
     train_step = tf.function(mg.MultiGrainedStep(student, config, PAD_ID).train_step,
                              input_signature=[train.element_spec])
-    before, start, first, done = _rss_mib(), time.perf_counter(), None, 0
+    before, start, first, done = resident.rss_mib(), time.perf_counter(), None, 0
     for batch in train:
         if first is None:
             first = time.perf_counter() - start
@@ -164,7 +150,7 @@ def child(loop: str, transfer_dir: str, dev_dir: str, steps: int, shuffle_buffer
         result = train_multigrained_steps(transfer_dir, steps, shuffle_buffer)
     else:
         raise ValueError(f"unknown loop {loop!r}; expected one of {LOOPS}")
-    return {"loop": loop, "peak_rss_mib": _peak_rss_mib(), **result}
+    return {"loop": loop, "peak_rss_mib": resident.peak_mib(), **result}
 
 
 def measure(loop: str, transfer_dir, dev_dir, steps: int, shuffle_buffer: int = 0) -> dict:

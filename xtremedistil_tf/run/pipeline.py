@@ -26,7 +26,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from xtremedistil_tf import stop
+from xtremedistil_tf import resident, stop
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 from xtremedistil_tf.data.alignment import encode
 from xtremedistil_tf.data.classification import class_labels_of, encode_texts
@@ -760,6 +760,10 @@ def step_metrics(work: WorkDir, steps=STEPS) -> dict:
     if "student" in steps and (work.path("student") / STEP_FILE).exists():
         student = work.step_info("student")
         metrics["student"] = {k: student[k] for k in ("scores", "parameters", "train_seconds")}
+    # Each step's peak resident memory, measured by the run that built it (resident.peak_of).
+    peaks = {name: work.step_info(name).get("peak_rss_mib") for name in steps
+             if (work.path(name) / STEP_FILE).exists()}
+    metrics["peak_rss_mib"] = {name: mib for name, mib in peaks.items() if mib is not None}
     atomic_write_json(work.path("metrics.json"), metrics)
     return metrics
 
@@ -805,9 +809,14 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfe
     current: List[str] = []   # this run's steps that are on disk, built or found done
 
     def step(name, function, *args, **kwargs):
-        with naming_step(name, work.path(name)):   # also outside run_step (the teacher-output cache, in place)
+        record = work.path(name) / STEP_FILE
+        before = record.stat().st_mtime_ns if record.exists() else None
+        with naming_step(name, work.path(name)), resident.peak_of() as peak:   # naming: also outside run_step
             out = function(*args, **kwargs)
         current.append(name)
+        if peak.mib is not None and record.exists() and record.stat().st_mtime_ns != before:   # built by this run
+            work.add_info(name, {"peak_rss_mib": round(peak.mib, 1), "peak_rss_since_start": peak.since_start})
+            log.info("step %s: peak resident memory %.0f MiB", name, peak.mib)
         return out
 
     check_cache(cfg.student, cfg.transfer)
@@ -900,6 +909,9 @@ def summary_table(work_dir, metrics: dict) -> str:
         rows.append(("student distillation", f"{student['train_seconds']:.0f} s"))
         rows.append(("student size on disk", f"{dir_size(work / 'student') / 2**20:.1f} MiB  {work / 'student'}"))
     rows += seen_rows(metrics)
+    if metrics.get("peak_rss_mib"):
+        rows.append(("peak resident memory", ", ".join(f"{name} {mib / 1024:.2f} GiB"
+                                                       for name, mib in metrics["peak_rss_mib"].items())))
     rows.append(("metrics", str(work / "metrics.json")))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

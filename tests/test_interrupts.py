@@ -250,3 +250,38 @@ def test_bin_train_interrupted_every_half_second_then_rerun_finishes(tmp_path, t
     assert_nothing_half_written(work)
     assert sorted(p.name for p in work.iterdir() if p.name.endswith((".tmp", ".old"))) == []
     assert os.path.isfile(work / "student" / "model" / "saved_model.pb")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
+                         ids=["SIGINT-to-the-terminal-group", "SIGTERM-to-bin-train"])
+def test_a_signal_while_the_teacher_step_runs_in_its_own_process(tmp_path, tiny_bert_dir, signum, group):
+    """--step_processes=always (run/isolate.py): Ctrl-C (the terminal's whole process group) or SIGTERM (bin/train
+    alone) while the teacher fine-tunes in its child process: the child stops cleanly and ends, bin/train says the
+    documented line and exits 128 + signum, nothing is half-written, and the same command then finishes."""
+    corpus = make_corpus(tmp_path / "corpus")
+    work = tmp_path / "work"
+    args = [sys.executable, BIN_TRAIN, *flags(corpus, tiny_bert_dir, work), "--step_processes=always",
+            "--teacher_epochs=50"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    lines = []
+    for line in proc.stderr:   # the child's log lines come through bin/train's console
+        lines.append(line)
+        if line.startswith("[teacher] epoch 1/50"):
+            break
+    children = [int(pid) for pid in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()]
+    assert len(children) == 1, lines
+    (os.killpg(proc.pid, signum) if group else proc.send_signal(signum))
+    rest = proc.stderr.read()
+    proc.wait(timeout=300)
+    stderr = "".join(lines) + rest
+    assert proc.returncode == 128 + signum, stderr[-3000:]
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == f"{RESUME} from step teacher", stderr[-3000:]
+    assert not os.path.exists(f"/proc/{children[0]}"), "the teacher step's process outlived bin/train"
+    assert not (work / "teacher").exists()
+    assert_nothing_half_written(work)
+    args[-1] = "--teacher_epochs=1"
+    done = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=900)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert (work / "metrics.json").is_file() and (work / "student" / STEP_FILE).is_file()

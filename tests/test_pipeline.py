@@ -254,6 +254,33 @@ def test_each_step_records_its_own_peak_memory_and_a_rerun_keeps_it(finished_run
     assert f"student {peaks['student'] / 1024:.2f} GiB" in summary.splitlines()[-2]
 
 
+def test_teacher_steps_in_their_own_processes_give_the_same_run(finished_run, tmp_path, caplog):
+    """--step_processes=always: the teacher and teacher-output steps run in child processes (run/isolate.py), whose
+    log records come through this process's handlers, and make what one process makes."""
+    cfg, metrics = finished_run
+    alone = replace(cfg, work_dir=str(tmp_path / "alone"), step_processes="always")
+    with caplog.at_level(logging.INFO, logger="xtremedistil_tf"):
+        again = pipeline.run(alone)
+    running = {r.getMessage(): r.process for r in caplog.records if r.getMessage().startswith("step ")}
+    for name in ("teacher", "transfer"):
+        assert running[f"step {name}: in a process of its own (--step_processes=always)"] == os.getpid()
+    assert running["step student: running"] == os.getpid()
+    assert running["step teacher: running"] != os.getpid()   # the teacher step's own line, from its process
+    assert again["teacher"]["scores"]["test"]["all"] == metrics["teacher"]["scores"]["test"]["all"]
+    np.testing.assert_allclose(read_arrays(os.path.join(alone.work_dir, "transfer"), length=16)["logits"],
+                               read_arrays(os.path.join(cfg.work_dir, "transfer"), length=16)["logits"], atol=1e-5)
+    assert set(again["peak_rss_mib"]) == {"data", "teacher", "transfer", "student"}
+
+
+def test_a_failing_step_process_is_one_error_here(finished_run, tmp_path):
+    cfg, _ = finished_run
+    broken = replace(cfg, work_dir=str(tmp_path / "broken"), step_processes="always",
+                     teacher=replace(cfg.teacher, layer=99))
+    with pytest.raises(ConfigError, match="layer"):
+        pipeline.run(broken)
+    assert not (tmp_path / "broken" / "teacher").exists()
+
+
 def test_a_damaged_shard_of_a_finished_transfer_step_is_named_and_computed_again(finished_run, tmp_path, caplog):
     """A shard of the teacher-output cache whose bytes changed in place (same size: a bad disk or copy) would stop a
     student hours in with TensorFlow's 'corrupted record'; a rerun names it in one line and recomputes just it."""

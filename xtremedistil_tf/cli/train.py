@@ -229,6 +229,10 @@ flag_group("Run")
 define_execution_flags("teacher fine-tuning, teacher outputs and the student")
 flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow threads per op, and ops run at once (0: one per core); 1 keeps "
                      "a process to about one core, e.g. several --transfer_only workers on one machine.")
+flags.DEFINE_enum("step_processes", "auto", list(pipeline.STEP_PROCESSES),
+                  "Run the teacher and teacher-output steps each in a process of its own, so that the student step "
+                  "does not hold their memory: auto does for a teacher of 60M parameters or more (all-mpnet-base-v2), "
+                  "not for MiniLM; each such process starts in 10-20 s (docs/benchmarks.md 5.2).")
 flags.DEFINE_integer("seed", DEFAULT_SEED, "Seed for splits, initialisation, shuffling and each epoch's order (exact resume).")
 flags.DEFINE_bool("overwrite", False, "Replace artifacts in --work_dir made by another configuration.")
 
@@ -350,7 +354,8 @@ def config_from_flags():
     return RunConfig(work_dir=FLAGS.work_dir, data=data, teacher=teacher, transfer=transfer, student=student,
                      overwrite=FLAGS.overwrite, progress=not FLAGS.no_progress,
                      mixed_precision=FLAGS.mixed_precision, distribution=FLAGS.distribution,
-                     intra_op_threads=FLAGS.intra_op_threads, transfer_only=FLAGS.transfer_only)
+                     intra_op_threads=FLAGS.intra_op_threads, transfer_only=FLAGS.transfer_only,
+                     step_processes=FLAGS.step_processes)
 
 
 def student_from_flags():

@@ -57,6 +57,7 @@ from xtremedistil_tf.methods.student_run import (
     evaluate_student,
     save_student,
 )
+from xtremedistil_tf.run.isolate import run_in_child
 from xtremedistil_tf.run.lock import work_dir_lock
 from xtremedistil_tf.run.workdir import (
     INPUTS,
@@ -75,7 +76,7 @@ from xtremedistil_tf.teachers.classifier import (
 )
 from xtremedistil_tf.teachers.crf_head import build_crf_teacher
 from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult, evaluate_teacher_by_decode, finetune
-from xtremedistil_tf.teachers.model import build_teacher, initialise_head, write_random_teacher_dir
+from xtremedistil_tf.teachers.model import build_teacher, encoder_parameters, initialise_head, write_random_teacher_dir
 from xtremedistil_tf.teachers.pretrained import CLASSIFICATION as SENTENCES
 from xtremedistil_tf.teachers.pretrained import (
     MINILM_ALIAS,
@@ -139,6 +140,15 @@ class RunConfig:
     # Only the teacher-output caches, this process's part of them when TF_CONFIG names a cluster
     # (data and teacher must be done in work_dir; docs/scale.md).
     transfer_only: bool = False
+    # Where the teacher and teacher-output steps run (run/isolate.py): always | never | auto, in a process of their
+    # own when the teacher has STEP_PROCESS_PARAMETERS or more, so that the student step does not hold their
+    # memory. An execution setting.
+    step_processes: str = "auto"
+
+
+STEP_PROCESSES = ("auto", "always", "never")
+# all-MiniLM-L6-v2 (22.7M) runs in one process, a base-sized teacher (all-mpnet-base-v2, 109.5M) in its own.
+STEP_PROCESS_PARAMETERS = 60_000_000
 
 
 # ----------------------------------------------------------------------------- steps
@@ -244,12 +254,7 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
     teacher's `scores` are its class scores. A step made before `scores` were decoded so gets them added
     once (`_add_decoded_scores`)."""
     tc = cfg.teacher
-    teacher = {k: v for k, v in asdict(tc).items() if k != "layer"}
-    teacher["finetune"].pop("progress", None)
-    if teacher["finetune"].get("group_by_length", 1) == 0:   # off: as before the field existed
-        del teacher["finetune"]["group_by_length"]
-    fingerprint = {**labeled_data_fingerprint(cfg, upstream), "teacher": teacher}
-    _adopt_full_fingerprint(work, {**upstream, "teacher": teacher}, fingerprint)
+    teacher, fingerprint = teacher_fingerprint(work, cfg, upstream)
 
     def build(tmp: Path) -> dict:
         splits = load_data(work)
@@ -286,6 +291,18 @@ def step_teacher(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=Non
         _add_decoded_scores(work, cfg)
     clear_checkpoints(work, "teacher")
     return {**upstream, "teacher": teacher}   # the steps after it read the transfer text: all of the data
+
+
+def teacher_fingerprint(work: WorkDir, cfg: RunConfig, upstream: dict) -> tuple:
+    """(the teacher's settings, the teacher step's fingerprint); a step recorded under the older, fuller
+    fingerprint is adopted under it first."""
+    teacher = {k: v for k, v in asdict(cfg.teacher).items() if k != "layer"}
+    teacher["finetune"].pop("progress", None)
+    if teacher["finetune"].get("group_by_length", 1) == 0:   # off: as before the field existed
+        del teacher["finetune"]["group_by_length"]
+    fingerprint = {**labeled_data_fingerprint(cfg, upstream), "teacher": teacher}
+    _adopt_full_fingerprint(work, {**upstream, "teacher": teacher}, fingerprint)
+    return teacher, fingerprint
 
 
 # The settings that make only the unlabeled transfer set: a fine-tuned teacher never reads it.
@@ -464,17 +481,8 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
     the others wait for that, as their student step reads its info. A cache with hidden states
     serves a run that reads none (`cfg.transfer.hidden` False): it is reused as it is. A cache of an
     older format is refused in one line (cache.check_format)."""
-    cfg = replace(cfg, transfer=cache_config(cfg))
-    fingerprint = transfer_fingerprint(cfg, upstream)
-    if not cfg.overwrite:
-        check_format(work.path("transfer"))
-    if not cfg.transfer.hidden:
-        with_hidden = transfer_fingerprint(replace(cfg, transfer=replace(cfg.transfer, hidden=True)), upstream)
-        if work.stored("transfer").get("hash") == fingerprint_hash(with_hidden):
-            if not _damaged_caches(work):
-                return with_hidden
-            cfg, fingerprint = replace(cfg, transfer=replace(cfg.transfer, hidden=True)), with_hidden
-    if work.is_done("transfer", fingerprint) and not _damaged_caches(work):
+    cfg, fingerprint, done = transfer_plan(work, cfg, upstream)
+    if done:
         return fingerprint
 
     if part[1] > 1:
@@ -498,6 +506,22 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
     info["train_windows"] = int((sentence_index < len(train)).sum())
     work.mark_done("transfer", fingerprint, info)
     return fingerprint
+
+
+def transfer_plan(work: WorkDir, cfg: RunConfig, upstream: dict) -> tuple:
+    """(the run's config with its cache settings, the transfer step's fingerprint, whether its caches are done
+    and whole); a cache with hidden states serves a run that reads none."""
+    cfg = replace(cfg, transfer=cache_config(cfg))
+    fingerprint = transfer_fingerprint(cfg, upstream)
+    if not cfg.overwrite:
+        check_format(work.path("transfer"))
+    if not cfg.transfer.hidden:
+        with_hidden = transfer_fingerprint(replace(cfg, transfer=replace(cfg.transfer, hidden=True)), upstream)
+        if work.stored("transfer").get("hash") == fingerprint_hash(with_hidden):
+            if not _damaged_caches(work):
+                return cfg, with_hidden, True
+            cfg, fingerprint = replace(cfg, transfer=replace(cfg.transfer, hidden=True)), with_hidden
+    return cfg, fingerprint, work.is_done("transfer", fingerprint) and not _damaged_caches(work)
 
 
 def _damaged_caches(work: WorkDir) -> bool:
@@ -808,28 +832,41 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfe
     the teacher-output caches, and nothing else is written)."""
     current: List[str] = []   # this run's steps that are on disk, built or found done
 
-    def step(name, function, *args, **kwargs):
+    def step(name, function, *args, own_process=False, **kwargs):
         record = work.path(name) / STEP_FILE
         before = record.stat().st_mtime_ns if record.exists() else None
-        with naming_step(name, work.path(name)), resident.peak_of() as peak:   # naming: also outside run_step
-            out = function(*args, **kwargs)
+        with naming_step(name, work.path(name)):   # also outside run_step (the teacher-output cache, in place)
+            if own_process:
+                log.info("step %s: in a process of its own (--step_processes=%s)", name, cfg.step_processes)
+                (out, replaced), mib = run_in_child(name, _step_of_child, function, work, *args, **kwargs)
+                work.replaced.extend(replaced)
+                since_start = False
+            else:
+                with resident.peak_of() as peak:
+                    out = function(work, *args, **kwargs)
+                mib, since_start = peak.mib, peak.since_start
         current.append(name)
-        if peak.mib is not None and record.exists() and record.stat().st_mtime_ns != before:   # built by this run
-            work.add_info(name, {"peak_rss_mib": round(peak.mib, 1), "peak_rss_since_start": peak.since_start})
-            log.info("step %s: peak resident memory %.0f MiB", name, peak.mib)
+        if mib is not None and record.exists() and record.stat().st_mtime_ns != before:   # built by this run
+            work.add_info(name, {"peak_rss_mib": round(mib, 1), "peak_rss_since_start": since_start})
+            log.info("step %s: peak resident memory %.0f MiB", name, mib)
         return out
 
     check_cache(cfg.student, cfg.transfer)
+    alone = cfg.step_processes != "never" and distribution is None and part == (0, 1) and not transfer_only
     try:
-        fingerprint = step("data", step_data, work, cfg)
-        fingerprint = step("teacher", step_teacher, work, cfg, fingerprint, distribution)
+        fingerprint = step("data", step_data, cfg)
+        own = alone and not work.is_done("teacher", teacher_fingerprint(work, cfg, fingerprint)[1]) and \
+            _own_process(cfg, _teacher_config_file(cfg))
+        fingerprint = step("teacher", step_teacher, cfg, fingerprint, distribution, own_process=own)
         if transfer_only:
-            return step("transfer", step_transfer, work, cfg, fingerprint, distribution, part)
+            return step("transfer", step_transfer, cfg, fingerprint, distribution, part)
         # Teacher outputs are only for distilling: a teacher-only run (--nostudent) leaves them to the
         # first run that distils (bin/train or bin/ablate on the same work dir).
         if cfg.student is not None:
-            fingerprint = step("transfer", step_transfer, work, cfg, fingerprint, distribution, part)
-            step("student", step_student, work, cfg, fingerprint, distribution=distribution)
+            own = alone and not transfer_plan(work, cfg, fingerprint)[2] and _own_process(
+                cfg, work.path("teacher") / "model" / "encoder" / "config.json")
+            fingerprint = step("transfer", step_transfer, cfg, fingerprint, distribution, part, own_process=own)
+            step("student", step_student, cfg, fingerprint, distribution=distribution)
     except BaseException as e:
         # A step replaced before the failure leaves metrics.json describing what is on disk: the
         # steps of this run, none of the replaced artifacts or those built on them.
@@ -844,6 +881,28 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfe
     with naming_step("metrics", work.path("metrics.json")):
         atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
         return step_metrics(work)
+
+
+def _step_of_child(function, work: WorkDir, *args, **kwargs):
+    """A step in its own process (run/isolate.py): its result, and the steps it replaced."""
+    return function(work, *args, **kwargs), work.replaced
+
+
+def _teacher_config_file(cfg: RunConfig) -> Optional[Path]:
+    if cfg.teacher.name == RANDOM_ALIAS:
+        return None
+    try:
+        return Path(resolve_teacher_path(cfg.teacher.name)) / "config.json"
+    except Exception:  # noqa: BLE001  (the teacher step itself says what is wrong with the name)
+        return None
+
+
+def _own_process(cfg: RunConfig, config_file: Optional[Path]) -> bool:
+    """Whether a teacher step runs in its own process: --step_processes=always, or auto and a teacher of
+    STEP_PROCESS_PARAMETERS or more by its config.json (a teacher without one, random or from a hub, is not)."""
+    if cfg.step_processes != "auto":
+        return cfg.step_processes == "always"
+    return config_file is not None and encoder_parameters(config_file) >= STEP_PROCESS_PARAMETERS
 
 
 def _score_rows(model: str, scores: dict, spans: bool = False) -> List[tuple]:

@@ -324,3 +324,16 @@ def write_random_teacher_dir(directory, vocab: Sequence[str], config_overrides: 
             {"tokenizer_class": "BertTokenizer", "do_lower_case": False, "strip_accents": False,
              "tokenize_chinese_chars": True}), encoding="utf-8")
     return Path(directory)
+
+
+def encoder_parameters(config_file) -> int:
+    """About how many parameters a BERT-family encoder has, from its config.json alone (embeddings, then per
+    layer attention's four projections and the feed-forward's two); 0 for a file that cannot be read."""
+    try:
+        config = json.loads(Path(config_file).read_text(encoding="utf-8"))
+        hidden = int(config["hidden_size"])
+        inner = int(config.get("intermediate_size") or 4 * hidden)
+        layers = int(config["num_hidden_layers"])
+        return int(config.get("vocab_size", 0)) * hidden + layers * (4 * hidden * hidden + 2 * hidden * inner)
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0

@@ -159,3 +159,39 @@ def test_a_crf_teacher_decodes_with_its_viterbi_only(tiny_bert_dir):
     assert teacher_word_tags(teacher, windows, "IOB2", "constrained") == own
     with pytest.raises(ConfigError, match="--decode=argmax: a CRF teacher"):
         teacher_word_tags(teacher, windows, "IOB2", "argmax")
+
+
+NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
+def test_micro_batches_give_the_batchs_update(tiny_bert_dir):
+    """--teacher_micro_batch_size: 7 windows of unequal label counts in parts of 3, 3 and 1 give the whole batch's
+    loss and, by plain SGD (whose step is the gradient itself), the same weights; an unweighted mean of the parts'
+    losses would not."""
+    def teacher_and_step(micro):
+        tf.keras.utils.set_random_seed(3)
+        teacher, tokenizer = build_teacher(str(tiny_bert_dir), TOY_LABELS, max_seq_length=16, dropout=0.0,
+                                           random_init=True, config_overrides=NO_DROPOUT)
+        variables = [v for v in teacher.trainable_variables if "pooler" not in v.name]
+        return teacher, tokenizer, finetune_module.make_train_step(teacher, [(tf.keras.optimizers.SGD(0.5), variables)],
+                                                                   micro_batch_size=micro)
+
+    results = []
+    for micro in (0, 3):
+        teacher, tokenizer, step = teacher_and_step(micro)
+        windows = finetune_module.supervised_windows(
+            encode(toy_ner_sentences(7, seed=5), tokenizer, teacher.tag_vocab, 16), teacher.tag_vocab, "first_piece")
+        batch = {"input_ids": windows.input_ids, "attention_mask": windows.attention_mask,
+                 "label_ids": windows.label_ids}
+        counts = (windows.label_ids < len(teacher.tag_vocab.labels)).sum(1)
+        assert len({counts[:3].sum(), counts[3:6].sum(), counts[6]}) == 3   # parts of unequal weight
+        loss = float(step({k: tf.constant(v, tf.int32) for k, v in batch.items()}))
+        results.append((loss, [v.numpy() for v in teacher.trainable_variables]))
+    (full_loss, full), (parts_loss, parts) = results
+    assert parts_loss == pytest.approx(full_loss, rel=1e-5)
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(full, parts))
+    assert moved < 1e-5
+    tf.keras.utils.set_random_seed(3)
+    fresh, _ = build_teacher(str(tiny_bert_dir), TOY_LABELS, max_seq_length=16, dropout=0.0, random_init=True,
+                             config_overrides=NO_DROPOUT)
+    assert max(float(np.abs(a - b.numpy()).max()) for a, b in zip(full, fresh.trainable_variables)) > 1e-3

@@ -145,6 +145,10 @@ flags.DEFINE_enum("teacher_supervision", None, list(SUPERVISIONS), "What a token
                   "(each word's first piece) or all_pieces (X, [CLS] and [SEP] too: the papers' 11 tags). Default "
                   f"{_RECIPE.supervision}; crf needs all_pieces.")
 flags.DEFINE_integer("patience", _RECIPE.patience, "Stop after this many epochs without a better dev F1.")
+flags.DEFINE_integer("teacher_micro_batch_size", 0, "Compute each teacher batch's gradient from micro-batches of "
+                     "this many windows, one after another: the same update holding a micro-batch's activations "
+                     "instead of the batch's (0: the whole batch at once). 8 keeps all-mpnet-base-v2's fine-tuning "
+                     "under 5 GB at --max_seq_length=64 (docs/benchmarks.md 5.2).")
 flags.DEFINE_integer("max_steps_per_epoch", 0, "Cap on teacher steps per epoch (0: full epochs).")
 flags.DEFINE_integer("teacher_layer", _TEACHER.layer, "hidden_states[l] of the teacher cached for the representation loss "
                      "(0 is the embedding output; the paper uses 7 for mBERT-base).")
@@ -243,8 +247,8 @@ LEAST_VALUES = {**dict.fromkeys(("teacher_batch_size", "shard_size", "transfer_b
                                  "student_embedding_dim", "student_hidden", "student_depth", "student_heads",
                                  "student_ffn", "epochs_per_layer", "student_batch_size", "student_epochs"), 1),
                 **dict.fromkeys(("teacher_epochs", "teacher_layer", "max_steps_per_epoch", "patience",
-                                 "student_patience", "intra_op_threads", "teacher_group_by_length",
-                                 "student_group_by_length", "student_case_dim"), 0),
+                                 "student_patience", "teacher_micro_batch_size", "intra_op_threads",
+                                 "teacher_group_by_length", "student_group_by_length", "student_case_dim"), 0),
                 "max_seq_length": 3}   # [CLS], one piece, [SEP]
 
 
@@ -338,7 +342,8 @@ def config_from_flags():
                           layer_decay=FLAGS.layer_decay, head_init=FLAGS.teacher_head_init,
                           supervision=FLAGS.teacher_supervision, patience=FLAGS.patience, seed=FLAGS.seed,
                           max_steps_per_epoch=FLAGS.max_steps_per_epoch or None,
-                          group_by_length=FLAGS.teacher_group_by_length)
+                          group_by_length=FLAGS.teacher_group_by_length,
+                          micro_batch_size=FLAGS.teacher_micro_batch_size)
     check_data_config(data)
     multigrained = FLAGS.student and FLAGS.method == "multigrained"
     teacher = TeacherConfig(name=FLAGS.teacher, random_init=FLAGS.teacher_random_init, config_overrides=overrides,

@@ -233,11 +233,15 @@ def apply_groups(tape: tf.GradientTape, loss, groups, scaler=None) -> None:
     mixed_float16: one dynamic loss scale serves every group; it sees an overflow in any group
     (the first group's gradients are made non-finite when any are), skips its update and lowers
     the scale, and the other groups skip that step too."""
-    variables = [v for _, group in groups for v in group]
     if scaler:
         with tape:  # the scaling is part of what the tape differentiates
             loss = scaler.get_scaled_loss(loss)
-    grads = tape.gradient(loss, variables)
+    apply_gradients(tape.gradient(loss, [v for _, group in groups for v in group]), groups, scaler)
+
+
+def apply_gradients(grads, groups, scaler=None) -> None:
+    """`apply_groups`' second half: `grads` (of the loss `scaler` scaled, if any; one per variable of `groups` in
+    order, None for none) applied, one optimizer per group."""
     finite = None
     if scaler:
         grads = scaler.get_unscaled_gradients(grads)

@@ -298,6 +298,7 @@ def teacher_fingerprint(work: WorkDir, cfg: RunConfig, upstream: dict) -> tuple:
     fingerprint is adopted under it first."""
     teacher = {k: v for k, v in asdict(cfg.teacher).items() if k != "layer"}
     teacher["finetune"].pop("progress", None)
+    teacher["finetune"].pop("micro_batch_size", None)   # how the batch's gradient is computed, not what it is
     if teacher["finetune"].get("group_by_length", 1) == 0:   # off: as before the field existed
         del teacher["finetune"]["group_by_length"]
     fingerprint = {**labeled_data_fingerprint(cfg, upstream), "teacher": teacher}

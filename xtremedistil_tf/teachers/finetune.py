@@ -17,7 +17,7 @@ from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.data.scoring import tag_scores
 from xtremedistil_tf.engine.distribute import scope_of
-from xtremedistil_tf.engine.loop import Engine, FitOptions, GroupsStep, replica_share
+from xtremedistil_tf.engine.loop import Engine, FitOptions, GroupsStep, apply_gradients, replica_share
 from xtremedistil_tf.engine.resume import DEFAULT_SEED, EpochCheckpoint
 from xtremedistil_tf.engine.schedules import warmup_adamw
 from xtremedistil_tf.engine.tensorboard import ScalarLog, current_learning_rate
@@ -65,6 +65,10 @@ class FinetuneConfig:
     # sorted at a time); 0: batches of randomly mixed lengths.
     group_by_length: int = 0
     progress: bool = True
+    # > 0: each batch's gradient from micro-batches of this many windows, one after another (TeacherStep): the same
+    # update (up to dropout masks and rounding) holding one micro-batch's activations, what bounds a base-sized
+    # teacher's memory (docs/benchmarks.md 5.2). An execution setting: no part of the teacher step's fingerprint.
+    micro_batch_size: int = 0
 
     def __post_init__(self):
         if self.head_init not in HEAD_INITS:
@@ -183,12 +187,21 @@ class TeacherStep(GroupsStep):
     Under a tf.distribute strategy each replica weights its loss by its share of the global batch's
     count (`loss_count`), so the summed gradients are the single-device update of the global batch."""
 
-    def __init__(self, teacher, groups):
+    def __init__(self, teacher, groups, micro_batch_size: int = 0):
         super().__init__(("loss",))
         self.teacher = teacher
+        self.micro_batch_size = micro_batch_size
         self.use_groups(groups)
+        # The micro-batches' summed gradients, added in place (a loop variable would hold two sums at once). Not
+        # tracked by a checkpoint (the engine saves the model and the optimizers); per replica under a strategy.
+        self._sums = [tf.Variable(tf.zeros_like(v), trainable=False, name="gradient_sum",
+                                  synchronization=tf.VariableSynchronization.ON_READ,
+                                  aggregation=tf.VariableAggregation.SUM)
+                      for _, group in groups for v in group] if micro_batch_size else []
 
     def update(self, batch):
+        if self.micro_batch_size:
+            return self._update_in_parts(batch)
         with tf.GradientTape() as tape:
             loss = self.teacher.loss(batch, training=True)
             if tf.distribute.has_strategy():
@@ -198,15 +211,49 @@ class TeacherStep(GroupsStep):
         self.minimize(tape, loss_)
         return loss
 
+    def _update_in_parts(self, batch):
+        """The same update from micro-batches of `micro_batch_size` rows, one after another (a while loop of one
+        iteration at a time), their gradients summed: only one micro-batch's activations are held at once. Each
+        part's loss (a mean over its count) is weighted by its share of the batch's count, so the sum is the
+        batch's gradient; only dropout masks and float rounding differ."""
+        variables = [v for _, group in self.groups for v in group]
+        count = tf.cast(loss_count(self.teacher, batch), tf.float32)
+        share = tf.cast(replica_share(count), tf.float32) if tf.distribute.has_strategy() else 1.0
+        rows = tf.shape(batch["input_ids"])[0]
+        size = self.micro_batch_size
+
+        def part(i, loss_sum):
+            piece = {k: v[i * size:(i + 1) * size] for k, v in batch.items()}
+            with tf.GradientTape() as tape:
+                weight = tf.cast(loss_count(self.teacher, piece), tf.float32) / tf.maximum(count, 1.0)
+                loss = tf.cast(self.teacher.loss(piece, training=True), tf.float32) * weight
+                scaled = self.scaler.get_scaled_loss(loss * share) if self.scaler else loss * share
+            for index, (total, g) in enumerate(zip(self._sums, tape.gradient(scaled, variables))):
+                if g is None:
+                    untouched.add(index)   # known when the body is traced: no part gives it a gradient
+                else:
+                    total.assign_add(tf.convert_to_tensor(g))
+            return i + 1, loss_sum + loss
+
+        untouched = set()
+        for total in self._sums:
+            total.assign(tf.zeros_like(total))
+        _, loss = tf.while_loop(lambda i, _: i * size < rows, part, (tf.constant(0), tf.constant(0.0)),
+                                parallel_iterations=1)
+        # As in one pass: a variable without a gradient is left alone (no zero gradient for AdamW to decay it by).
+        apply_gradients([None if index in untouched else total.read_value() for index, total in enumerate(self._sums)],
+                        self.groups, self.scaler)
+        return loss
+
     def train_step(self, batch):
         return self.track({"loss": self.update(batch)})
 
 
-def make_train_step(teacher, groups):
+def make_train_step(teacher, groups, micro_batch_size: int = 0):
     """`TeacherStep.update` as one compiled function of a token batch (input_ids, attention_mask and
     label_ids, all [B, T]); `.loss_scaler` is the LossScaleOptimizer (None without loss scaling)."""
     spec = tf.TensorSpec([None, None], tf.int32)
-    step = TeacherStep(teacher, groups)
+    step = TeacherStep(teacher, groups, micro_batch_size)
     train_step = tf.function(step.update, input_signature=[
         {"input_ids": spec, "attention_mask": spec, "label_ids": spec}])
     train_step.loss_scaler = step.scaler
@@ -334,7 +381,7 @@ def train_with_early_stopping(teacher, dataset, num_examples: int, dev_f1: Calla
         steps = min(steps, config.max_steps_per_epoch)
     with scope_of(distribution):
         groups = parameter_groups(teacher, config, steps * config.epochs)
-        step = TeacherStep(teacher, groups)
+        step = TeacherStep(teacher, groups, config.micro_batch_size)
     scalars = ScalarLog(log_dir)
 
     def write_scalars(epoch: int, record: dict) -> None:

@@ -12,6 +12,7 @@ from xtremedistil_tf.data.augment import (
     mentions_by_type,
     name_pools,
     rewrite_at_spans,
+    rewrite_pool,
     typed_pools,
 )
 from xtremedistil_tf.data.loading import DataConfig, load_splits
@@ -173,6 +174,18 @@ def test_teacher_spans_rewrite_unlabeled_sentences_typed_and_seeded():
         rewrite_at_spans(text, spans, -1, pool, seed=3)
 
 
+def test_the_rewrite_pool_adds_the_teachers_names_but_no_gold_mention():
+    """--transfer_rewrite's pool: the chosen source's names, plus the names the teacher found in unlabeled text
+    unless they are (case and spacing aside) a gold mention of the train split, of any type."""
+    train = [Sentence(("Ada", "Lovelace", "met", "ACME"), ("B-PER", "I-PER", "O", "B-ORG"))]
+    found = {"PER": [("ada", "lovelace"), ("Grace", "Hopper"), ("Grace", "Hopper")], "ORG": [("Acme",), ("Initech",)],
+             "LOC": [("Oslo",)]}
+    merged, record = rewrite_pool({"PER": [("Alan", "Turing")], "ORG": []}, found, train, "IOB2")
+    assert merged == {"PER": [("Alan", "Turing"), ("Grace", "Hopper")], "ORG": [("Initech",)], "LOC": [("Oslo",)]}
+    assert record == {"LOC": {"teacher_found": 1, "names": 1}, "ORG": {"teacher_found": 1, "names": 1},
+                      "PER": {"teacher_found": 1, "names": 2}}
+
+
 def test_labeled_default_is_unchanged_and_outside_the_fingerprint(tmp_path):
     train = _train()
     assert entity_swaps(train, 5, "IOB2", 3) == entity_swaps(train, 5, "IOB2", 3, mentions_by_type(train, "IOB2"))
@@ -210,7 +223,8 @@ def load_and_hash(cfg):
     ({"transfer_augment_locales": "en_US,xx_YY"}, r"--transfer_augment_locales: faker has no locale 'xx_YY'"),
     ({"transfer_augment_pool_size": 0}, r"--transfer_augment_pool_size=0; expected a positive number"),
     ({"transfer_augment": 0}, r"--transfer_augment_names=pools chooses the names of --transfer_augment's "
-                              r"variants, so it needs --transfer_augment=N"),
+                              r"variants and --transfer_rewrite's rewrites, so it needs one of them"),
+    ({"transfer_augment": 0, "transfer_rewrite": -2}, r"--transfer_rewrite=-2; expected 0 \(none\) or a positive"),
     ({"transfer_augment_names": "labeled"}, r"--transfer_augment_pools, --transfer_augment_locales and "
                                             r"--transfer_augment_pool_size set the name pools of"),
 ])

@@ -281,6 +281,27 @@ def test_a_failing_step_process_is_one_error_here(finished_run, tmp_path):
     assert not (tmp_path / "broken" / "teacher").exists()
 
 
+def test_transfer_rewrite_rewrites_unlabeled_text_at_the_teachers_spans(finished_run, tmp_path):
+    """--transfer_rewrite=2 on a copy of the finished run: the teacher is kept, the rewrite step tags the unlabeled
+    sentences and writes two rewrites of each in which it finds entities, each the same sentence with names at its
+    spans; the transfer cache then holds them after the unlabeled sentences."""
+    cfg, metrics = finished_run
+    work = tmp_path / "rewrite"
+    shutil.copytree(cfg.work_dir, work)
+    stamp = (work / "teacher" / STEP_FILE).stat().st_mtime_ns
+    again = pipeline.run(replace(cfg, work_dir=str(work), data=replace(cfg.data, transfer_rewrite=2), overwrite=True))
+    assert (work / "teacher" / STEP_FILE).stat().st_mtime_ns == stamp   # the fine-tuned teacher is kept
+    info = again["rewrite"]
+    rewritten = [s.tokens for s in pipeline.read_jsonl(work / "rewrite" / pipeline.REWRITTEN)]
+    found = info["sentences_with_entities"]
+    assert 1 <= found <= 2 and info["unlabeled_sentences"] == 2 and len(rewritten) == 2 * found
+    assert info["text"]["sentences"] == len(rewritten)
+    # "john was in paris" / "mary at berlin .": the words between the names are kept, names come from the pool.
+    assert all(("was" in t and "in" in t) or ("at" in t and "." in t) for t in rewritten)
+    assert again["transfer"]["sentences"] == metrics["transfer"]["sentences"] + len(rewritten)
+    assert again["data"]["transfer_sentences"] == 2
+
+
 def test_a_damaged_shard_of_a_finished_transfer_step_is_named_and_computed_again(finished_run, tmp_path, caplog):
     """A shard of the teacher-output cache whose bytes changed in place (same size: a bad disk or copy) would stop a
     student hours in with TensorFlow's 'corrupted record'; a rerun names it in one line and recomputes just it."""

@@ -102,6 +102,11 @@ flags.DEFINE_string("transfer_augment_locales", _DATA.transfer_augment_locales,
                     "Latin-script locales, data/augment.py DEFAULT_LOCALES).")
 flags.DEFINE_integer("transfer_augment_pool_size", _DATA.transfer_augment_pool_size,
                      "Faker names drawn per pool kind and locale (duplicates dropped).")
+flags.DEFINE_integer("transfer_rewrite", DataConfig.transfer_rewrite,
+                     "N rewrites of each unlabeled transfer sentence in which the fine-tuned teacher finds entities, "
+                     "at the teacher's own spans, with names from --transfer_augment_names' source and the mentions "
+                     "the teacher finds in the unlabeled text (0: none); the teacher then labels them like any "
+                     "transfer text. docs/data.md.")
 flags.DEFINE_integer("transfer_from_train_rest", _DATA.transfer_from_train_rest,
                      "Unlabeled transfer text from the train split: per language, up to N train sentences past the "
                      "first --max_train_sentences (which it needs), labels dropped (0: none; a count above the rest "
@@ -333,6 +338,7 @@ def config_from_flags():
                       transfer_augment_pools=FLAGS.transfer_augment_pools,
                       transfer_augment_locales=FLAGS.transfer_augment_locales,
                       transfer_augment_pool_size=FLAGS.transfer_augment_pool_size,
+                      transfer_rewrite=FLAGS.transfer_rewrite,
                       seed=FLAGS.seed, source=FLAGS.data_source, word_split=FLAGS.word_split,
                       span_alignment=FLAGS.span_alignment)
     finetune = recipe_for(FLAGS.teacher_head, epochs=FLAGS.teacher_epochs, batch_size=FLAGS.teacher_batch_size,

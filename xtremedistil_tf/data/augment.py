@@ -16,8 +16,9 @@ Where the swapped-in names come from (`--transfer_augment_names`):
   split's own mentions, said once;
 - `both`: the pools and the train split's mentions together.
 
-`rewrite_at_spans` rewrites unlabeled sentences at given (e.g. the teacher's predicted) spans the same way, and
-`mentions_at_spans` makes a pool of the names such spans hold.
+`rewrite_at_spans` rewrites unlabeled sentences at given spans the same way, and `mentions_at_spans` makes a pool of
+the names such spans hold: `--transfer_rewrite=N` does both at the fine-tuned teacher's own spans (the run's rewrite
+step, run/pipeline.step_rewrite), its pool `rewrite_pool`.
 """
 from __future__ import annotations
 
@@ -173,11 +174,16 @@ def parse_locales(spec: str) -> Tuple[str, ...]:
     return locales
 
 
-def check_augment_names(names: str, type_pools: str, locales: str, pool_size: int, variants: int) -> None:
+def check_augment_names(names: str, type_pools: str, locales: str, pool_size: int, variants: int,
+                        rewrites: int = 0) -> None:
     """The flags' own checks, before anything is read (ConfigError, one line)."""
     if variants < 0:
         raise ConfigError(f"--transfer_augment={variants}; expected 0 (none) or a positive number of entity-swap "
                           "variants per train sentence")
+    if rewrites < 0:
+        raise ConfigError(f"--transfer_rewrite={rewrites}; expected 0 (none) or a positive number of rewrites per "
+                          "unlabeled sentence")
+    variants = variants or rewrites
     if names not in NAME_SOURCES:
         raise ConfigError(f"--transfer_augment_names={names}; expected one of {', '.join(NAME_SOURCES)}")
     if pool_size < 1:
@@ -187,8 +193,8 @@ def check_augment_names(names: str, type_pools: str, locales: str, pool_size: in
         raise ConfigError("--transfer_augment_pools, --transfer_augment_locales and --transfer_augment_pool_size "
                           "set the name pools of --transfer_augment_names=pools or both, not of labeled")
     if names != "labeled" and not variants:
-        raise ConfigError(f"--transfer_augment_names={names} chooses the names of --transfer_augment's variants, "
-                          "so it needs --transfer_augment=N (e.g. 2)")
+        raise ConfigError(f"--transfer_augment_names={names} chooses the names of --transfer_augment's variants "
+                          "and --transfer_rewrite's rewrites, so it needs one of them (e.g. --transfer_augment=2)")
     if names != "labeled":
         parse_type_pools(type_pools)
         parse_locales(locales)
@@ -277,6 +283,19 @@ def typed_pools(types: Sequence[str], names: str, train: Sequence[Sentence], sch
     if own:
         record["labeled_types"] = own
     return by_type, record
+
+
+def rewrite_pool(pool: Mapping[str, Sequence[Name]], found: Mapping[str, Sequence[Name]],
+                 train: Sequence[Sentence], scheme: str) -> Tuple[Dict[str, List[Name]], dict]:
+    """(`pool` with, per type, the names a teacher `found` in unlabeled text that are no gold mention of the `train`
+    split (case and spacing ignored), a record of how many each source gave)."""
+    gold = {_key(" ".join(m)) for mentions in mentions_by_type(train, scheme).values() for m in mentions}
+    merged, record = {}, {}
+    for etype in sorted(set(pool) | set(found)):
+        new = list(dict.fromkeys(n for n in found.get(etype, ()) if _key(" ".join(n)) not in gold))
+        merged[etype] = list(dict.fromkeys(list(pool.get(etype, ())) + new))
+        record[etype] = {"teacher_found": len(new), "names": len(merged[etype])}
+    return merged, record
 
 
 def text_record(sentences: Sequence[Sentence]) -> dict:

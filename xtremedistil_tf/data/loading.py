@@ -65,6 +65,11 @@ class DataConfig:
     transfer_augment_pools: str = ""
     transfer_augment_locales: str = ""
     transfer_augment_pool_size: int = DEFAULT_POOL_SIZE
+    # N rewrites of each unlabeled transfer sentence in which the fine-tuned teacher finds entities, at the teacher's
+    # own spans (the run's "rewrite" step, after the teacher; 0: none). The names come from --transfer_augment_names'
+    # source and the mentions the teacher finds in the unlabeled text, no gold mention of the train split among the
+    # latter.
+    transfer_rewrite: int = 0
     seed: int = HOLDOUT_SEED
     # "tfds:<name>/<config>" (e.g. tfds:wikiann/en, tfds:conll2003): the labeled splits come from
     # TensorFlow Datasets' own builder instead of files (data/tfds_builders.py, load_tfds_splits).
@@ -81,7 +86,7 @@ class DataConfig:
         only when not "none" (the data's own tokens), so work dirs made before they existed keep their fingerprint."""
         fields = asdict(self)
         for name in ("source", "transfer_from_train_rest", "transfer_augment", "transfer_augment_pools",
-                     "transfer_augment_locales"):
+                     "transfer_augment_locales", "transfer_rewrite"):
             if not fields[name]:
                 del fields[name]
         for name, default in (("transfer_augment_names", "labeled"), ("transfer_augment_pool_size", DEFAULT_POOL_SIZE)):
@@ -127,7 +132,7 @@ def check_data_config(cfg: DataConfig) -> None:
         raise ConfigError(f"--transfer_from_train_rest={cfg.transfer_from_train_rest}; expected 0 (none) or a "
                           "positive count per language")
     check_augment_names(cfg.transfer_augment_names, cfg.transfer_augment_pools, cfg.transfer_augment_locales,
-                        cfg.transfer_augment_pool_size, cfg.transfer_augment)
+                        cfg.transfer_augment_pool_size, cfg.transfer_augment, cfg.transfer_rewrite)
     if cfg.transfer_from_train_rest and not cfg.max_train_sentences:
         raise ConfigError(f"--transfer_from_train_rest={cfg.transfer_from_train_rest} takes the train sentences past "
                           "the labeled ones, so it needs --max_train_sentences (e.g. 2000)")

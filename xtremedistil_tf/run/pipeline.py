@@ -29,9 +29,11 @@ import tensorflow as tf
 from xtremedistil_tf import resident, stop
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 from xtremedistil_tf.data.alignment import encode
+from xtremedistil_tf.data.augment import mentions_at_spans, rewrite_at_spans, rewrite_pool, text_record, typed_pools
 from xtremedistil_tf.data.classification import class_labels_of, encode_texts
 from xtremedistil_tf.data.inputs import input_files
 from xtremedistil_tf.data.loading import SPLITS, DataConfig, _path, labels_of, load_splits, read_jsonl, write_jsonl
+from xtremedistil_tf.data.schemes import tags_to_spans
 from xtremedistil_tf.data.scoring import predates_decoded_teacher_scores, seen_unseen_rows, train_entities
 from xtremedistil_tf.engine.distribute import (
     is_chief,
@@ -75,7 +77,13 @@ from xtremedistil_tf.teachers.classifier import (
     finetune_sequence_teacher,
 )
 from xtremedistil_tf.teachers.crf_head import build_crf_teacher
-from xtremedistil_tf.teachers.finetune import FinetuneConfig, FinetuneResult, evaluate_teacher_by_decode, finetune
+from xtremedistil_tf.teachers.finetune import (
+    FinetuneConfig,
+    FinetuneResult,
+    evaluate_teacher_by_decode,
+    finetune,
+    teacher_word_tags,
+)
 from xtremedistil_tf.teachers.model import build_teacher, encoder_parameters, initialise_head, write_random_teacher_dir
 from xtremedistil_tf.teachers.pretrained import CLASSIFICATION as SENTENCES
 from xtremedistil_tf.teachers.pretrained import (
@@ -231,8 +239,13 @@ def _unlabeled_run(cfg: RunConfig, splits) -> bool:
     return teacher_is_finetuned(cfg)
 
 
-def load_data(work: WorkDir) -> Dict[str, list]:
-    return {name: read_jsonl(work.path("data") / f"{name}.jsonl") for name in SPLITS}
+def load_data(work: WorkDir, cfg: Optional[RunConfig] = None) -> Dict[str, list]:
+    """The data step's splits; with a `cfg` of --transfer_rewrite, the rewrite step's sentences after the transfer
+    split's."""
+    splits = {name: read_jsonl(work.path("data") / f"{name}.jsonl") for name in SPLITS}
+    if cfg is not None and cfg.data.transfer_rewrite:
+        splits["transfer"] += read_jsonl(work.path("rewrite") / REWRITTEN)
+    return splits
 
 
 def _teacher_source(work: WorkDir, cfg: RunConfig, splits) -> tuple:
@@ -306,8 +319,44 @@ def teacher_fingerprint(work: WorkDir, cfg: RunConfig, upstream: dict) -> tuple:
     return teacher, fingerprint
 
 
+REWRITTEN = "transfer.jsonl"
+
+
+def step_rewrite(work: WorkDir, cfg: RunConfig, upstream: dict) -> dict:
+    """--transfer_rewrite=N: N rewrites of each unlabeled transfer sentence in which the fine-tuned teacher finds
+    entities, at its own spans (decoded as the students are), with names from --transfer_augment_names' source and
+    the mentions it finds in the unlabeled text (data/augment.py); written to rewrite/transfer.jsonl, which
+    `load_data(work, cfg)` puts after the transfer split. The teacher then labels them like any transfer text."""
+    if not cfg.data.transfer_rewrite:
+        return upstream
+    data = cfg.data
+
+    def build(tmp: Path) -> dict:
+        splits = load_data(work)
+        teacher, tokenizer = load_teacher(work.path("teacher") / "model")
+        unlabeled, train = splits["transfer"], splits["train"]
+        decode = None if hasattr(teacher, "crf") else DEFAULT_DECODE
+        tags = teacher_word_tags(teacher, encode(unlabeled, tokenizer, teacher.tag_vocab, teacher.max_seq_length),
+                                 data.scheme, decode)
+        spans = [tags_to_spans(sentence_tags, data.scheme) for sentence_tags in tags]
+        types = sorted({t for s in train for t, _, _ in tags_to_spans(s.tags or (), data.scheme)})
+        pool, made = typed_pools(types, data.transfer_augment_names, train, data.scheme, data.seed,
+                                 data.transfer_augment_pools, data.transfer_augment_locales,
+                                 data.transfer_augment_pool_size)
+        pool, by_type = rewrite_pool(pool, mentions_at_spans(unlabeled, spans), train, data.scheme)
+        rewritten = rewrite_at_spans(unlabeled, spans, data.transfer_rewrite, pool, data.seed)
+        write_jsonl(rewritten, tmp / REWRITTEN)
+        log.info("rewrite: %d rewrites of the %d of %d unlabeled sentences in which the teacher finds entities",
+                 len(rewritten), sum(1 for s in spans if s), len(unlabeled))
+        return {"rewrites_per_sentence": data.transfer_rewrite, "sentences_with_entities": sum(1 for s in spans if s),
+                "unlabeled_sentences": len(unlabeled), **made, "types": by_type, "text": text_record(rewritten)}
+
+    work.run_step("rewrite", upstream, build)
+    return upstream
+
+
 # The settings that make only the unlabeled transfer set: a fine-tuned teacher never reads it.
-TRANSFER_DATA = ("transfer_file", "transfer_char_level", "transfer_from_train_rest", "transfer_augment",
+TRANSFER_DATA = ("transfer_file", "transfer_char_level", "transfer_from_train_rest", "transfer_augment", "transfer_rewrite",
                  "transfer_augment_names", "transfer_augment_pools", "transfer_augment_locales",
                  "transfer_augment_pool_size")
 
@@ -490,7 +539,7 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
         distribution = None
         log.info("teacher outputs: worker %d of %d writes its shards of %s and %s", *part, work.path("transfer"),
                  work.path("transfer_dev"))
-    splits = load_data(work)
+    splits = load_data(work, cfg)
     train = splits["train"]
     with precision_policy(cfg.mixed_precision), worker_part(*part):
         with scope_of(distribution):
@@ -630,7 +679,7 @@ def step_student(work: WorkDir, cfg: RunConfig, upstream: dict, name: str = "stu
                           f"cache keeps {cfg.transfer.kbest}; set --kbest for both (with --teacher_head=crf)")
 
     def build(tmp: Path) -> dict:
-        splits = load_data(work)
+        splits = load_data(work, cfg)
         teacher, tokenizer = load_teacher(work.path("teacher") / "model")
         train_windows = work.step_info("transfer")["train_windows"]
         start = time.time()
@@ -768,7 +817,7 @@ def fresh_tensorboard_dir(work: WorkDir, step: str) -> Path:
     return path
 
 
-STEPS = ("data", "teacher", "transfer", "student")
+STEPS = ("data", "teacher", "rewrite", "transfer", "student")   # rewrite: only with --transfer_rewrite
 
 
 def step_metrics(work: WorkDir, steps=STEPS) -> dict:
@@ -780,6 +829,8 @@ def step_metrics(work: WorkDir, steps=STEPS) -> dict:
                                                       "best_epoch") if k in teacher}
     if "data" in steps:
         metrics["data"] = work.step_info("data")
+    if "rewrite" in steps and (work.path("rewrite") / STEP_FILE).exists():
+        metrics["rewrite"] = work.step_info("rewrite")
     if "transfer" in steps and (work.path("transfer") / STEP_FILE).exists():
         metrics["transfer"] = work.step_info("transfer")
     if "student" in steps and (work.path("student") / STEP_FILE).exists():
@@ -821,7 +872,7 @@ def run_transfer_only(cfg: RunConfig, part: Optional[tuple] = None) -> dict:
     part = worker_of_cluster() if part is None else part
     distribution = make_distribution(cfg.distribution)
     work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
-    work.must_be_done = {"data", "teacher"}
+    work.must_be_done = {"data", "teacher", "rewrite"}
     with work_dir_lock(work.root, shared=True), work_dir_lock(work.root, name=f".lock-transfer-{part[0]}"):
         _run_steps(work, cfg, distribution, part, transfer_only=True)
     log.info("teacher outputs: worker %d of %d done; both caches are complete", *part)
@@ -860,12 +911,16 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfe
             _own_process(cfg, _teacher_config_file(cfg))
         fingerprint = step("teacher", step_teacher, cfg, fingerprint, distribution, own_process=own)
         if transfer_only:
+            fingerprint = step("rewrite", step_rewrite, cfg, fingerprint)   # must be done (run_transfer_only)
             return step("transfer", step_transfer, cfg, fingerprint, distribution, part)
         # Teacher outputs are only for distilling: a teacher-only run (--nostudent) leaves them to the
         # first run that distils (bin/train or bin/ablate on the same work dir).
         if cfg.student is not None:
-            own = alone and not transfer_plan(work, cfg, fingerprint)[2] and _own_process(
-                cfg, work.path("teacher") / "model" / "encoder" / "config.json")
+            big = _own_process(cfg, work.path("teacher") / "model" / "encoder" / "config.json")
+            if cfg.data.transfer_rewrite:
+                own = alone and big and not work.is_done("rewrite", fingerprint)
+                fingerprint = step("rewrite", step_rewrite, cfg, fingerprint, own_process=own)
+            own = alone and big and not transfer_plan(work, cfg, fingerprint)[2]
             fingerprint = step("transfer", step_transfer, cfg, fingerprint, distribution, part, own_process=own)
             step("student", step_student, cfg, fingerprint, distribution=distribution)
     except BaseException as e:
@@ -874,14 +929,15 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfe
         if work.replaced and work.path("metrics.json").exists():
             step_metrics(work, current)
         if isinstance(e, KeyboardInterrupt) or stop.received() is not None:   # also as another exception (stop.py)
-            resume = next((name for name in STEPS if name not in current), "metrics")
+            steps = [name for name in STEPS if name != "rewrite" or cfg.data.transfer_rewrite]
+            resume = next((name for name in steps if name not in current), "metrics")
             raise Interrupted(f"interrupted; rerun the same command to resume from step {resume}") from None
         raise
     # Written once every step accepted the work dir: a refused run leaves the last finished run's
     # config in place (each step's own configuration is in its step.json from the start).
     with naming_step("metrics", work.path("metrics.json")):
         atomic_write_json(work.path("config.json"), json.loads(json.dumps(asdict(cfg), default=str)))
-        return step_metrics(work)
+        return step_metrics(work, tuple(name for name in STEPS if name != "rewrite" or cfg.data.transfer_rewrite))
 
 
 def _step_of_child(function, work: WorkDir, *args, **kwargs):

@@ -133,6 +133,9 @@ def check_data_config(cfg: DataConfig) -> None:
                           "positive count per language")
     check_augment_names(cfg.transfer_augment_names, cfg.transfer_augment_pools, cfg.transfer_augment_locales,
                         cfg.transfer_augment_pool_size, cfg.transfer_augment, cfg.transfer_rewrite)
+    if cfg.transfer_rewrite and cfg.task == "classification":
+        raise ConfigError(f"--transfer_rewrite={cfg.transfer_rewrite} rewrites the entities a tagger finds; "
+                          f"--data_format={cfg.format} is sentence classification")
     if cfg.transfer_from_train_rest and not cfg.max_train_sentences:
         raise ConfigError(f"--transfer_from_train_rest={cfg.transfer_from_train_rest} takes the train sentences past "
                           "the labeled ones, so it needs --max_train_sentences (e.g. 2000)")

@@ -349,7 +349,8 @@ def step_rewrite(work: WorkDir, cfg: RunConfig, upstream: dict) -> dict:
         log.info("rewrite: %d rewrites of the %d of %d unlabeled sentences in which the teacher finds entities",
                  len(rewritten), sum(1 for s in spans if s), len(unlabeled))
         return {"rewrites_per_sentence": data.transfer_rewrite, "sentences_with_entities": sum(1 for s in spans if s),
-                "unlabeled_sentences": len(unlabeled), **made, "types": by_type, "text": text_record(rewritten)}
+                "unlabeled_sentences": len(unlabeled), **made, "rewrite_pool": by_type,
+                "text": text_record(rewritten)}
 
     work.run_step("rewrite", upstream, build)
     return upstream

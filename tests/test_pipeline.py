@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, read_scalars, toy_ner_sentences, train_configs
 
 from xtremedistil_tf.data.alignment import TagVocab, encode, predict_by_length
-from xtremedistil_tf.data.loading import DataConfig, first_per_language
+from xtremedistil_tf.data.loading import DataConfig, check_data_config, first_per_language
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.engine.resume import DEFAULT_SEED
 from xtremedistil_tf.errors import ConfigError
@@ -573,3 +573,18 @@ def test_transfer_only_workers_write_the_caches_of_a_full_run(finished_run, tmp_
     assert not (work / "metrics.json").exists() and not (work / "student").exists()   # only the caches
     with pytest.raises(ConfigError, match="step data is not done"):
         pipeline.run(replace(split, work_dir=str(tmp_path / "empty")))
+
+
+def test_a_relative_transfer_file_found_here_but_not_under_data_dir_is_one_line(tmp_path, monkeypatch):
+    """A relative --transfer_file is read under --data_dir; one that exists only where the command runs is refused
+    naming both places, before anything is read."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bbc.txt").write_text("Some news .\n", encoding="utf-8")
+    (tmp_path / "data").mkdir()
+    cfg = DataConfig(format="conll", data_dir=str(tmp_path / "data"), train_file="train.txt", transfer_file="bbc.txt")
+    with pytest.raises(ConfigError, match=r"^--transfer_file=bbc.txt: a relative path is read under --data_dir, where "
+                                          rf".*/data/bbc.txt does not exist; give the file here as "
+                                          rf"--transfer_file={tmp_path / 'bbc.txt'}$"):
+        check_data_config(cfg)
+    (tmp_path / "data" / "bbc.txt").write_text("Other news .\n", encoding="utf-8")
+    check_data_config(cfg)   # under --data_dir: that one is read, as documented

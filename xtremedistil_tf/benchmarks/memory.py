@@ -73,6 +73,9 @@ def define_flags() -> None:
             flags.DEFINE_string(name, default, help_text)
     if "memory_steps" not in flags.FLAGS:
         flags.DEFINE_integer("memory_steps", 300, "memory: training batches per run (of 32 windows).")
+    if "memory_hidden" not in flags.FLAGS:
+        flags.DEFINE_integer("memory_hidden", HIDDEN, "memory: the teacher's hidden size H the cache holds and the "
+                             "staged student projects to (384: MiniLM; 768: all-mpnet-base-v2).")
     if "memory_shuffle_buffer" not in flags.FLAGS:
         flags.DEFINE_integer("memory_shuffle_buffer", 0,
                              "memory: multigrained shuffle_buffer (0: MultiGrainedConfig's default).")
@@ -109,12 +112,12 @@ def write_cache(directory, size: int, labeled: int = LABELED, **shape) -> dict:
                          fingerprint={"benchmark": "memory", "labeled": labeled, **shape}, progress=False)
 
 
-def train_staged(transfer_dir, dev_dir, steps: int) -> Dict[str, float]:
+def train_staged(transfer_dir, dev_dir, steps: int, hidden: int = HIDDEN) -> Dict[str, float]:
     """D4.2 on the cache through the pipeline's staged_sources and train_student (see module doc)."""
     config = DistilConfig(pad_id=PAD_ID, epochs_per_layer=1, patience=None, batch_size=BATCH, seed=0)
     tf.keras.utils.set_random_seed(config.seed)
     train_for, transfer_for, dev_ds = staged_sources(config, transfer_dir, dev_dir, LABELED)
-    student = build_bilstm_student(VOCAB, TAGS, embedding_dim=EMBEDDING, hidden=UNITS, teacher_hidden=HIDDEN)
+    student = build_bilstm_student(VOCAB, TAGS, embedding_dim=EMBEDDING, hidden=UNITS, teacher_hidden=hidden)
     before, start = resident.rss_mib(), time.perf_counter()
     history = train_student("D4.2", student, train_for, lambda seed: transfer_for(seed).take(steps), dev_ds, config)
     return {"rss_before_mib": before, "seconds": time.perf_counter() - start, "fits": len(history.steps)}
@@ -142,10 +145,11 @@ def train_multigrained_steps(transfer_dir, steps: int, shuffle_buffer: int = 0) 
             "batches": done, "shuffle_buffer": config.shuffle_buffer}
 
 
-def child(loop: str, transfer_dir: str, dev_dir: str, steps: int, shuffle_buffer: int = 0) -> dict:
+def child(loop: str, transfer_dir: str, dev_dir: str, steps: int, shuffle_buffer: int = 0,
+          hidden: int = HIDDEN) -> dict:
     """One measurement, in this (fresh) process: the loop's numbers plus peak RSS."""
     if loop == "staged":
-        result = train_staged(transfer_dir, dev_dir, steps)
+        result = train_staged(transfer_dir, dev_dir, steps, hidden)
     elif loop == "multigrained":
         result = train_multigrained_steps(transfer_dir, steps, shuffle_buffer)
     else:
@@ -153,10 +157,10 @@ def child(loop: str, transfer_dir: str, dev_dir: str, steps: int, shuffle_buffer
     return {"loop": loop, "peak_rss_mib": resident.peak_mib(), **result}
 
 
-def measure(loop: str, transfer_dir, dev_dir, steps: int, shuffle_buffer: int = 0) -> dict:
+def measure(loop: str, transfer_dir, dev_dir, steps: int, shuffle_buffer: int = 0, hidden: int = HIDDEN) -> dict:
     """Run `child` in a new Python process; its JSON result."""
     command = [sys.executable, "-m", "xtremedistil_tf.benchmarks.memory", loop, str(transfer_dir), str(dev_dir),
-               str(steps), str(shuffle_buffer)]
+               str(steps), str(shuffle_buffer), str(hidden)]
     repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
@@ -170,21 +174,21 @@ def _cache_bytes(directory) -> int:
 
 
 def benchmark(sizes: Sequence[int], loops: Sequence[str], steps: int, root=None,
-              shuffle_buffer: int = 0) -> List[str]:
+              shuffle_buffer: int = 0, hidden: int = HIDDEN) -> List[str]:
     """Write the caches, measure every (loop, size) in its own process, delete the caches."""
     unknown = [loop for loop in loops if loop not in LOOPS]
     if unknown:
         raise ValueError(f"unknown loop(s) {unknown}; expected some of {LOOPS}")
     root = Path(tempfile.mkdtemp(prefix="xd_memory_", dir=root or None))
     lines = [f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, TF {tf.__version__}; "
-             f"cache: T={SEQ} N={TAGS} H={HIDDEN} (float16) K={KBEST}, {LABELED:,} labeled windows first; "
+             f"cache: T={SEQ} N={TAGS} H={hidden} (float16) K={KBEST}, {LABELED:,} labeled windows first; "
              f"{steps} batches of {BATCH} per run, each run in a fresh process"]
     results = {}
     try:
         start = time.perf_counter()
-        write_cache(root / "dev", DEV, labeled=DEV)
+        write_cache(root / "dev", DEV, labeled=DEV, hidden=hidden)
         for size in sizes:
-            write_cache(root / f"transfer_{size}", size)
+            write_cache(root / f"transfer_{size}", size, hidden=hidden)
             lines.append(f"cache {size:>7,} windows: {_cache_bytes(root / f'transfer_{size}') / 2**30:.2f} GiB "
                          f"on disk (written in {time.perf_counter() - start:.0f} s)")
             start = time.perf_counter()
@@ -192,7 +196,7 @@ def benchmark(sizes: Sequence[int], loops: Sequence[str], steps: int, root=None,
                      f"{'seconds':>9}  notes")
         for loop in loops:
             for size in sizes:
-                r = measure(loop, root / f"transfer_{size}", root / "dev", steps, shuffle_buffer)
+                r = measure(loop, root / f"transfer_{size}", root / "dev", steps, shuffle_buffer, hidden)
                 results[(loop, size)] = r
                 base = results[(loop, sizes[0])]["peak_rss_mib"]
                 notes = (f"{r['fits']} fits" if loop == "staged" else
@@ -208,9 +212,10 @@ def run(repeats: int) -> List[str]:
     FLAGS = flags.FLAGS
     sizes = [int(s) for s in FLAGS.memory_sizes.split(",") if s.strip()]
     loops = [s.strip() for s in FLAGS.memory_loops.split(",") if s.strip()]
-    return benchmark(sizes, loops, FLAGS.memory_steps, FLAGS.memory_dir or None, FLAGS.memory_shuffle_buffer)
+    return benchmark(sizes, loops, FLAGS.memory_steps, FLAGS.memory_dir or None, FLAGS.memory_shuffle_buffer,
+                     FLAGS.memory_hidden)
 
 
 if __name__ == "__main__":
-    loop_, transfer_, dev_, steps_, buffer_ = sys.argv[1:6]
-    print(json.dumps(child(loop_, transfer_, dev_, int(steps_), int(buffer_))), flush=True)
+    loop_, transfer_, dev_, steps_, buffer_, hidden_ = sys.argv[1:7]
+    print(json.dumps(child(loop_, transfer_, dev_, int(steps_), int(buffer_), int(hidden_))), flush=True)

@@ -133,6 +133,11 @@ def check_data_config(cfg: DataConfig) -> None:
                           "positive count per language")
     check_augment_names(cfg.transfer_augment_names, cfg.transfer_augment_pools, cfg.transfer_augment_locales,
                         cfg.transfer_augment_pool_size, cfg.transfer_augment, cfg.transfer_rewrite)
+    if cfg.transfer_file and cfg.data_dir and not Path(cfg.transfer_file).is_absolute() \
+            and not _path(cfg, cfg.transfer_file).exists() and Path(cfg.transfer_file).exists():
+        raise ConfigError(f"--transfer_file={cfg.transfer_file}: a relative path is read under --data_dir, where "
+                          f"{_path(cfg, cfg.transfer_file)} does not exist; give the file here as "
+                          f"--transfer_file={Path(cfg.transfer_file).resolve()}")
     if cfg.transfer_rewrite and cfg.task == "classification":
         raise ConfigError(f"--transfer_rewrite={cfg.transfer_rewrite} rewrites the entities a tagger finds; "
                           f"--data_format={cfg.format} is sentence classification")

@@ -81,6 +81,7 @@ CI_SLOW_TESTS := tests/test_resume.py tests/test_formats_benchmark.py::test_form
 	tests/test_precision.py tests/test_latency_benchmark.py tests/test_serving_offsets.py tests/test_students.py \
 	tests/test_transfer_text.py tests/test_deployed_benchmark.py tests/test_transfer_text_source.py \
 	tests/test_mpnet.py tests/test_sentencepiece_export.py tests/test_demo.py tests/test_interrupts.py \
+	tests/test_memory_bound.py \
 	tests/test_damaged_models.py tests/test_case.py tests/test_bad_commands.py tests/test_data_formats.py \
 	tests/test_peers_benchmark.py
 

@@ -2,11 +2,14 @@
 cache only what the steps taken need plus a shuffle buffer of fixed size, never more for a larger
 transfer set, and hold only the features their losses use. docs/benchmarks.md measures peak RSS at
 10k and 100k windows (bin/benchmark memory); these tests check the mechanism on tiny caches."""
+import shutil
+
 import numpy as np
 import pytest
 import tensorflow as tf
+from transformers import BertConfig, TFBertModel
 
-from xtremedistil_tf.benchmarks import memory
+from xtremedistil_tf.benchmarks import finetune_memory, memory
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.transfer.cache import load_manifest, read_sharded
 from xtremedistil_tf.methods import multigrained as mg
@@ -108,3 +111,17 @@ def test_synthetic_cache_layout(caches):
     labels = np.stack([ex["label_ids"].numpy() for ex in read_sharded(caches / "small").take(LABELED + 5)])
     assert (labels[:LABELED] != memory.PAD_ID).any(axis=1).all()
     assert (labels[LABELED:] == memory.PAD_ID).all()
+
+
+@pytest.mark.slow   # four tiny fine-tunings, a minute on 2 cores (in CI's slow subset)
+def test_finetune_memory_rows_run_the_reference_and_the_package_step(tiny_bert_dir, tmp_path):
+    """bin/benchmark finetune_memory's two loops on a tiny saved teacher, whole batch and micro-batches of 2: each
+    trains and reports its RSS once built and its peak, which cannot be below it."""
+    model = TFBertModel(BertConfig.from_pretrained(tiny_bert_dir))
+    model(model.dummy_inputs)
+    model.save_pretrained(tmp_path)
+    shutil.copy(tiny_bert_dir / "vocab.txt", tmp_path)
+    for micro in (0, 2):
+        for loop in (finetune_memory.reference, finetune_memory.package):
+            result = loop(str(tmp_path), micro, steps=2, batch=5, seq=8)
+            assert 100 < result["built_mib"] <= result["peak_mib"], (loop.__name__, micro, result)

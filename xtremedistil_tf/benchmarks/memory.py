@@ -159,8 +159,12 @@ def child(loop: str, transfer_dir: str, dev_dir: str, steps: int, shuffle_buffer
 
 def measure(loop: str, transfer_dir, dev_dir, steps: int, shuffle_buffer: int = 0, hidden: int = HIDDEN) -> dict:
     """Run `child` in a new Python process; its JSON result."""
-    command = [sys.executable, "-m", "xtremedistil_tf.benchmarks.memory", loop, str(transfer_dir), str(dev_dir),
-               str(steps), str(shuffle_buffer), str(hidden)]
+    return child_json("xtremedistil_tf.benchmarks.memory", loop, transfer_dir, dev_dir, steps, shuffle_buffer, hidden)
+
+
+def child_json(module: str, *args) -> dict:
+    """`python -m module args...` in a fresh process (this checkout on its path): the JSON of its last line."""
+    command = [sys.executable, "-m", module, *map(str, args)]
     repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)

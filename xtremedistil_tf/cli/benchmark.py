@@ -6,6 +6,9 @@
     bin/benchmark decoders --work_dir=runs/ablate   (a bin/ablate run's teacher and students, constrained and argmax F1)
     bin/benchmark deployed --work_dir=runs/demo [--latency_threads=1 --queries=256]   (the work dir's own teacher and
                           student in TensorFlow and ONNX Runtime int8, batch 1 and 32, interleaved; W/deployed.json)
+    bin/benchmark finetune_memory --teacher=mpnet-base [--memory_micro=0,4 --memory_steps=6 --max_seq_length=64]
+                          (peak RSS of the teacher's fine-tuning steps, the package's beside a plain loop, whole
+                          batches and micro-batches)
     bin/benchmark formats --work_dir=runs/wikiann [--repeats=3 --formats_queries=256 --formats_lengths=64]
                           (size, parameters, F1, latency, peak RSS per export format and quantization)
     bin/benchmark latency [--teacher_config=mbert-base --students=50x200,100x400 --queries=1000]
@@ -36,6 +39,7 @@ import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loa
 from xtremedistil_tf.benchmarks import (  # noqa: E402
     cache_size,  # noqa: E402
     deployed,
+    finetune_memory,
     formats,
     latency,
     lengths,
@@ -56,6 +60,7 @@ latency.define_flags()
 lengths.define_flags()
 deployed.define_flags()
 memory.define_flags()
+finetune_memory.define_flags()
 cache_size.define_flags()
 formats.define_flags()
 served_text.define_flags()
@@ -102,6 +107,8 @@ SUBCOMMANDS = (
     ("crf", "CRF log-likelihood, 1-best and k-best decoding at B=32, T=128 (eager, tf.function, XLA)"),
     ("decoders", "a bin/ablate run's teacher and students: constrained and argmax decoding, F1 and speed"),
     ("deployed", "a work dir's own teacher and student in TensorFlow and ONNX Runtime int8, batch 1 and 32, interleaved"),
+    ("finetune_memory", "peak RSS of the teacher's fine-tuning steps, the package's beside a plain loop, whole and "
+                        "micro-batches"),
     ("formats", "each export format and quantization: size, parameters, F1, latency, peak RSS"),
     ("latency", "teacher and student inference latency at batch 1 and 32 (the paper's speedups)"),
     ("lengths", "the teacher's fine-tuning and cache per teacher, batches in order against grouped by length"),

@@ -1027,8 +1027,9 @@ def summary_table(work_dir, metrics: dict) -> str:
         rows.append(("student size on disk", f"{dir_size(work / 'student') / 2**20:.1f} MiB  {work / 'student'}"))
     rows += seen_rows(metrics)
     if metrics.get("peak_rss_mib"):
-        rows.append(("peak resident memory", ", ".join(f"{name} {mib / 1024:.2f} GiB"
-                                                       for name, mib in metrics["peak_rss_mib"].items())))
+        peaks = metrics["peak_rss_mib"]   # in the steps' order (metrics.json keeps its keys sorted)
+        rows.append(("peak resident memory", ", ".join(f"{name} {peaks[name] / 1024:.2f} GiB"
+                                                       for name in STEPS if name in peaks)))
     rows.append(("metrics", str(work / "metrics.json")))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

@@ -137,7 +137,7 @@ class Engine:
         weights and position too."""
         if not self.checkpoint.enabled:
             return
-        if tracker is not None and tracker.best_weights is not None:
+        if tracker is not None and tracker.best_weights is not None and tracker.best_weights is not self._best:
             self._best.assign(tracker.best_weights)
         self.checkpoint.save({**objects, **({"best": self._best} if self._best is not None else {})},
                              {**state, "step": tracker.state() if tracker else None, "epochs": self.epochs})
@@ -159,11 +159,14 @@ class Engine:
             self._best = WeightsSlot(target.get_weights())
         resumed = self.restore({**objects, **({"best": self._best} if self._best is not None else {})})
         dev = self._fit_input(o.dev)
+        # With checkpoints the best weights live in the checkpoint's slot only (a second copy as arrays would hold
+        # a base-sized teacher's 0.4 GiB again); without, as arrays.
+        keep = (lambda: self._best.capture(target)) if self._best is not None else target.get_weights
         if resumed:
-            tracker = BestSoFar.from_state(resumed, o.patience, self._best.numpy() if self._best else None)
+            tracker = BestSoFar.from_state(resumed, o.patience, self._best)
         elif selects and o.baseline:
             initial = -score() if score else float(step.evaluate(dev, verbose=0, return_dict=True)["loss"])
-            tracker = BestSoFar(o.patience, baseline=initial, weights=target.get_weights())
+            tracker = BestSoFar(o.patience, baseline=initial, weights=keep())
         else:
             tracker = BestSoFar(o.patience)
         for epoch in range(len(tracker.values), o.epochs):
@@ -192,7 +195,7 @@ class Engine:
                 if not math.isfinite(record[score_name]):
                     raise TrainingDiverged(self.name, f"dev score ({score_name})", record[score_name], at)
             value = -record[score_name] if score else record.get("val_loss", loss)
-            tracker.update(value, target.get_weights if selects else lambda: None)
+            tracker.update(value, keep if selects else lambda: None)
             seconds = time.time() - started
             log.info(epoch_line(self.name, epoch + 1, o.epochs, seconds, o.context, loss=loss,
                                 dev_loss=record.get("val_loss"), **({score_name: record[score_name]} if score else {})))
@@ -200,7 +203,9 @@ class Engine:
                 o.after_epoch(epoch + 1, record)
             self.epochs.append({**record, "seconds": round(seconds, 1)})
             self.save(objects, state, tracker)
-        if tracker.best_weights is not None:
+        if isinstance(tracker.best_weights, WeightsSlot):
+            tracker.best_weights.restore_into(target)
+        elif tracker.best_weights is not None:
             target.set_weights(tracker.best_weights)
         return tracker
 

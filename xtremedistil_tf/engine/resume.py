@@ -99,6 +99,17 @@ class WeightsSlot(tf.Module):
     def numpy(self) -> List[np.ndarray]:
         return [v.numpy() for v in self.values]
 
+    def capture(self, model) -> "WeightsSlot":
+        """Copy `model`'s weights in (variable to variable: no array copy of them in between); this slot."""
+        for slot, weight in zip(self.values, model.weights, strict=True):
+            slot.assign(weight)
+        return self
+
+    def restore_into(self, model) -> None:
+        """Put the slot's weights back into `model`, variable to variable."""
+        for weight, slot in zip(model.weights, self.values, strict=True):
+            weight.assign(slot)
+
 
 class EpochCheckpoint:
     """A CheckpointManager over `directory` (None: a no-op, nothing saved or restored).

@@ -887,7 +887,7 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfe
 
     def step(name, function, *args, own_process=False, **kwargs):
         record = work.path(name) / STEP_FILE
-        before = record.stat().st_mtime_ns if record.exists() else None
+        before = work.stored(name).get("hash") if record.exists() else None
         with naming_step(name, work.path(name)):   # also outside run_step (the teacher-output cache, in place)
             if own_process:
                 log.info("step %s: in a process of its own (--step_processes=%s)", name, cfg.step_processes)
@@ -899,7 +899,7 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfe
                     out = function(work, *args, **kwargs)
                 mib, since_start = peak.mib, peak.since_start
         current.append(name)
-        if mib is not None and record.exists() and record.stat().st_mtime_ns != before:   # built by this run
+        if mib is not None and record.exists() and work.stored(name).get("hash") != before:   # built by this run
             work.add_info(name, {"peak_rss_mib": round(mib, 1), "peak_rss_since_start": since_start})
             log.info("step %s: peak resident memory %.0f MiB", name, mib)
         return out

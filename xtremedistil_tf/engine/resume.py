@@ -100,15 +100,14 @@ class WeightsSlot(tf.Module):
         return [v.numpy() for v in self.values]
 
     def capture(self, model) -> "WeightsSlot":
-        """Copy `model`'s weights in (variable to variable: no array copy of them in between); this slot."""
-        for slot, weight in zip(self.values, model.weights, strict=True):
-            slot.assign(weight)
+        """Copy `model`'s weights in, as its own `get_weights` gives them (a step may add its own, e.g. the
+        uncertainty weights); this slot. The arrays are dropped once copied: the slot is the only copy kept."""
+        self.assign(model.get_weights())
         return self
 
     def restore_into(self, model) -> None:
-        """Put the slot's weights back into `model`, variable to variable."""
-        for weight, slot in zip(model.weights, self.values, strict=True):
-            weight.assign(slot)
+        """Put the slot's weights back into `model` (its own `set_weights`)."""
+        model.set_weights(self.numpy())
 
 
 class EpochCheckpoint:

@@ -521,7 +521,8 @@ def _cache_info(sentences, examples: int, manifest: dict, start: float) -> dict:
             "bytes": manifest["total_bytes"], "bytes_per_1000": 1000 * manifest["total_bytes"] / max(1, examples)}
 
 
-def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=None, part=(0, 1)):
+def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=None, part=(0, 1),
+                  plan: Optional[tuple] = None):
     """Teacher outputs over the transfer set (train first, then unlabeled text) and over dev.
 
     The caches resume shard by shard themselves, so they are written in place, not renamed.
@@ -532,7 +533,7 @@ def step_transfer(work: WorkDir, cfg: RunConfig, upstream: dict, distribution=No
     the others wait for that, as their student step reads its info. A cache with hidden states
     serves a run that reads none (`cfg.transfer.hidden` False): it is reused as it is. A cache of an
     older format is refused in one line (cache.check_format)."""
-    cfg, fingerprint, done = transfer_plan(work, cfg, upstream)
+    cfg, fingerprint, done = plan or transfer_plan(work, cfg, upstream)   # `plan`: the caller's (its shards read once)
     if done:
         return fingerprint
 
@@ -921,8 +922,9 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfe
             if cfg.data.transfer_rewrite:
                 own = alone and big and not work.is_done("rewrite", fingerprint)
                 fingerprint = step("rewrite", step_rewrite, cfg, fingerprint, own_process=own)
-            own = alone and big and not transfer_plan(work, cfg, fingerprint)[2]
-            fingerprint = step("transfer", step_transfer, cfg, fingerprint, distribution, part, own_process=own)
+            plan = transfer_plan(work, cfg, fingerprint)   # reads every shard of a finished cache: once a run
+            fingerprint = step("transfer", step_transfer, cfg, fingerprint, distribution, part, plan=plan,
+                               own_process=alone and big and not plan[2])
             step("student", step_student, cfg, fingerprint, distribution=distribution)
     except BaseException as e:
         # A step replaced before the failure leaves metrics.json describing what is on disk: the

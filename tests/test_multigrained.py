@@ -12,7 +12,7 @@ from xtremedistil_tf.crf import ops
 from xtremedistil_tf.data.alignment import TagVocab, decode, encode
 from xtremedistil_tf.data.scoring import entity_scores
 from xtremedistil_tf.data.sentence import Sentence
-from xtremedistil_tf.engine.resume import EpochCheckpoint
+from xtremedistil_tf.engine.resume import EpochCheckpoint, WeightsSlot
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.methods import multigrained as mg
 from xtremedistil_tf.methods.multigrained import (
@@ -364,3 +364,29 @@ def test_saved_student_reloads_with_identical_viterbi(teacher, data, runs, tmp_p
     model, meta, _ = load_student(tmp_path / "student")
     assert meta.decoder == "crf"
     np.testing.assert_array_equal(predict_tags_crf(model, windows), expected)
+
+
+def test_the_best_weights_slot_holds_the_uncertainty_weights_beside_the_students(tmp_path):
+    """The engine's best-so-far slot (engine/resume.WeightsSlot) copies a multi-grained step's weights variable to
+    variable, its uncertainty weights included (MultiGrainedStep.weight_variables, in get_weights' order): a later
+    epoch's changes are undone by restore_into, and the slot is what a checkpoint of it holds."""
+    config = MultiGrainedConfig(losses=("hard", "seq_ce"), weighting="uncertainty")
+    step = mg.MultiGrainedStep(_student(30, 0), config, pad_id=0)
+    assert len(step.weighting.weights) == 1 and step.weighting.weights[0].shape == (2,)   # one log variance a loss
+    assert len(step.weight_variables()) == len(step.get_weights()) == len(step.student.weights) + 1
+    best = step.get_weights()
+    slot = WeightsSlot(step)
+    step.set_weights([w + 1.5 for w in best])
+    slot.restore_into(step)
+    for got, want in zip(step.get_weights(), best, strict=True):
+        np.testing.assert_array_equal(got, want)
+    step.set_weights([w - 2.0 for w in best])
+    slot.capture(step)
+    step.set_weights(best)
+    tf.train.Checkpoint(best=slot).write(str(tmp_path / "best"))
+    other = WeightsSlot(step)
+    tf.train.Checkpoint(best=other).read(str(tmp_path / "best")).assert_consumed()
+    other.restore_into(step)
+    assert [float(v) for v in step.weighting.get_weights()[0].ravel()] == [
+        float(v) - 2.0 for v in best[len(step.student.weights)].ravel()]
+    np.testing.assert_array_equal(step.student.get_weights()[0], best[0] - 2.0)

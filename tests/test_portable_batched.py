@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from tokenizers import AddedToken, pre_tokenizers
 
 from conftest import REPO
 from xtremedistil_tf.crf.decoding import WordDecoder
@@ -206,3 +207,62 @@ def test_batched_records_equal_per_text_records(tiny_tokenizer_dir, tmp_path, mo
                 assert case_ids[row, :len(window)].tolist() == [0] + shapes[start:start + step] + [0]
             row += 1
     assert row == len(input_ids) and (case_ids is not None) == case
+
+
+def _tricky_texts(count, seed):
+    """Texts of pieces a space split could get wrong: runs of spaces, tabs, newlines, no-break and ideographic spaces,
+    combining accents after a space, CJK, control characters, the tokenizer's own special pieces, words past
+    WordPiece's 100 characters, emoji, zero-width and line separators."""
+    rng = random.Random(seed)
+    alphabet = ["john", "Mary", "PARIS", "berlin", "McDonald", "É", "e\u0301", " \u0301", "  ", " ", " ", "\t", "\n",
+                "\u00a0", "\u3000", "東", "京", ",", ".", "-", "'", "\x00", "\x07", "\ufffd", "[UNK]", "[CLS]",
+                "x" * 120, "😀", "\u200b", "\u2028", "ﬁ", "ß", "\u0085", "qqqq", "1968"]
+    return [""] + [" ", "  a  "] + ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
+                                    for _ in range(count)]
+
+
+def test_encode_by_chunks_between_spaces_is_the_tokenizers_encoding(tiny_tokenizer_dir, tmp_path):
+    """`Tokenization.encode` encodes each chunk between spaces once (remembered) and shifts its offsets; the ids,
+    offsets and counts are those of the tokenizer's own `encode_batch` on the whole texts, in batches of 1, 7 and
+    all, across a memory cleared when full. A split at every whitespace (tabs, no-break spaces) or offsets shifted by
+    a chunk's place among the chunks rather than in its text would differ."""
+    vocab = (tiny_tokenizer_dir / "vocab.txt").read_text(encoding="utf-8").split()
+    write_tokenizer(vocab, True, tmp_path / "tokenizer.json")
+    tokenization = portable.Tokenization(tmp_path, {})
+    assert tokenization._chunks == {}
+    texts = _tricky_texts(600, 5)
+    pieces = 0
+    for size in (1, 7, len(texts)):
+        if size == len(texts):   # a full memory: cleared, then refilled
+            tokenization._chunks = {f"unused {i}": (0, [], ()) for i in range((1 << 16) + 1)}
+        for start in range(0, len(texts), size):
+            batch = texts[start:start + size]
+            counts, ids, offsets = tokenization.encode(batch)
+            encodings = tokenization.tokenizer.encode_batch(batch, add_special_tokens=False)
+            assert counts.tolist() == [len(e.ids) for e in encodings]
+            assert ids.tolist() == [i for e in encodings for i in e.ids]
+            assert offsets.tolist() == [list(o) for e in encodings for o in e.offsets]
+            pieces += len(ids)
+    assert pieces > 3 * 6000 and 100 < len(tokenization._chunks) < 1 << 16 and "unused 0" not in tokenization._chunks
+    assert [len(a) for a in tokenization.encode([])] == [0, 0, 0]
+
+
+def test_a_tokenizer_whose_words_may_span_a_space_is_encoded_whole(tiny_tokenizer_dir, tmp_path):
+    """A tokenizer.json whose pre-tokenizer keeps spaces in its pieces (SentencePiece's Metaspace) or whose added
+    token holds a space is not split at spaces: `encode` is its `encode_batch` on the whole texts."""
+    vocab = (tiny_tokenizer_dir / "vocab.txt").read_text(encoding="utf-8").split()
+    write_tokenizer(vocab, True, tmp_path / "tokenizer.json")
+    tokenizer = portable.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert portable.splits_at_spaces(tokenizer)
+    tokenizer.add_tokens([AddedToken("new york", normalized=False)])
+    assert not portable.splits_at_spaces(tokenizer)
+    tokenizer = portable.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    tokenization = portable.Tokenization(tmp_path, {})
+    assert tokenization._chunks is None
+    texts = _tricky_texts(50, 6)
+    counts, ids, offsets = tokenization.encode(texts)
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    assert ids.tolist() == [i for e in encodings for i in e.ids] and counts.sum() == len(ids) > 100
+    assert offsets.tolist() == [list(o) for e in encodings for o in e.offsets]

@@ -137,8 +137,6 @@ class Engine:
         weights and position too."""
         if not self.checkpoint.enabled:
             return
-        if tracker is not None and tracker.best_weights is not None and tracker.best_weights is not self._best:
-            self._best.assign(tracker.best_weights)
         self.checkpoint.save({**objects, **({"best": self._best} if self._best is not None else {})},
                              {**state, "step": tracker.state() if tracker else None, "epochs": self.epochs})
 
@@ -156,7 +154,7 @@ class Engine:
             step.distribute_reduction_method = "first"
         selects = o.dev is not None or score is not None
         if selects and self.checkpoint.enabled and self._best is None:
-            self._best = WeightsSlot(target.get_weights())
+            self._best = WeightsSlot(target)
         resumed = self.restore({**objects, **({"best": self._best} if self._best is not None else {})})
         dev = self._fit_input(o.dev)
         # With checkpoints the best weights live in the checkpoint's slot only (a second copy as arrays would hold

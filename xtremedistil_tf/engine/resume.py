@@ -85,29 +85,35 @@ def reseed_epoch(models, seed: int) -> None:
         generator.reset_from_seed(epoch_seed(seed, index))
 
 
+def weight_variables(model) -> list:
+    """The variables whose values are `model.get_weights()`, in its order: `model.weight_variables()` where a step
+    defines it (a multi-grained step adds its uncertainty weights to its student's), else `model.weights`."""
+    own = getattr(model, "weight_variables", None)
+    return list(own()) if callable(own) else list(model.weights)
+
+
 class WeightsSlot(tf.Module):
-    """A checkpointable copy of a model's weights (the best-so-far weights of a loop)."""
+    """A checkpointable copy of a model's weights (the best-so-far weights of a loop), copied variable to variable
+    (`weight_variables`): no array copy of a base-sized teacher's 0.4 GiB in between, which would raise the step's
+    peak memory by as much at every new best epoch."""
 
-    def __init__(self, weights: List[np.ndarray]):
+    def __init__(self, model):
         super().__init__(name="best_weights")
-        self.values = [tf.Variable(w, trainable=False) for w in weights]
-
-    def assign(self, weights: List[np.ndarray]) -> None:
-        for variable, value in zip(self.values, weights):
-            variable.assign(value)
+        self.values = [tf.Variable(v.read_value(), trainable=False) for v in weight_variables(model)]
 
     def numpy(self) -> List[np.ndarray]:
         return [v.numpy() for v in self.values]
 
     def capture(self, model) -> "WeightsSlot":
-        """Copy `model`'s weights in, as its own `get_weights` gives them (a step may add its own, e.g. the
-        uncertainty weights); this slot. The arrays are dropped once copied: the slot is the only copy kept."""
-        self.assign(model.get_weights())
+        """Copy `model`'s weights in; this slot."""
+        for slot, weight in zip(self.values, weight_variables(model), strict=True):
+            slot.assign(weight.read_value())
         return self
 
     def restore_into(self, model) -> None:
-        """Put the slot's weights back into `model` (its own `set_weights`)."""
-        model.set_weights(self.numpy())
+        """Put the slot's weights back into `model`."""
+        for weight, slot in zip(weight_variables(model), self.values, strict=True):
+            weight.assign(slot.read_value())
 
 
 class EpochCheckpoint:

@@ -27,13 +27,14 @@ import importlib.util
 import io
 import itertools
 import json
+import operator
 import os
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, normalizers, pre_tokenizers
 
 
 def _module_file(name: str, in_package: str):
@@ -127,8 +128,13 @@ class WordDecoding:
 
     def __init__(self, meta: dict):
         num_labels = len(meta["word_start"])
-        # -1 in label_of_tag: no label
-        self.fold = np.eye(num_labels + 1, dtype=np.float32)[np.array(meta["label_of_tag"])][:, :num_labels]
+        # Each label's tags (-1 in label_of_tag: a tag of no label): its first tag's column (a label of no tag reads
+        # a column of zeros, `num_tags`), then its other tags (IOB2's markers all read as O).
+        label_of_tag = np.array(meta["label_of_tag"])
+        self.num_tags = len(label_of_tag)
+        tags_of = [np.flatnonzero(label_of_tag == label) for label in range(num_labels)]
+        self.first_tag = np.array([tags[0] if len(tags) else self.num_tags for tags in tags_of])
+        self.more_tags = [(label, tags[1:]) for label, tags in enumerate(tags_of) if len(tags) > 1]
         self.argmax = meta["decode"] == "argmax"
         self.not_start = np.flatnonzero(~np.array(meta["word_start"]))[None, :]
         self.not_end = np.flatnonzero(~np.array(meta["word_end"]))[None, :]
@@ -137,8 +143,8 @@ class WordDecoding:
 
     def __call__(self, probs: np.ndarray, lengths: Sequence[int]):
         lengths = np.asarray(lengths, np.int64)
-        probs = np.asarray(probs, np.float32).reshape(len(probs), len(self.fold))
-        scores = (probs[:, :, None] * self.fold).max(1)
+        probs = np.asarray(probs, np.float32).reshape(len(probs), self.num_tags)
+        scores = self.label_scores(probs)
         if self.argmax or len(scores) == 0:
             labels = scores.argmax(1)
             return labels, scores[np.arange(len(labels)), labels]
@@ -164,6 +170,16 @@ class WordDecoding:
                 valid = np.arange(n.max()) < n[:, None]
                 labels[index[valid]] = viterbi_batch(potentials[index], n, self.transitions)[valid]
         return labels, scores[np.arange(len(labels)), labels]
+
+    def label_scores(self, probs: np.ndarray) -> np.ndarray:
+        """[W, labels]: each label's highest probability among its tags (0 for a label of no tag), from probs
+        [W, tags]; the same floats as (probs[:, :, None] * fold).max(1), without its [W, tags, labels] product."""
+        if (self.first_tag == self.num_tags).any():
+            probs = np.concatenate([probs, np.zeros((len(probs), 1), np.float32)], 1)
+        scores = probs[:, self.first_tag]
+        for label, tags in self.more_tags:
+            scores[:, label] = np.maximum(scores[:, label], probs[:, tags].max(1))
+        return scores
 
 
 def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
@@ -326,6 +342,48 @@ class Tokenization:
             special = meta.get("special_ids") or {k: vocab[p] for k, p in (("cls", "[CLS]"), ("sep", "[SEP]"),
                                                                             ("pad", "[PAD]"))}
             self.cls, self.sep, self.pad = (special[k] for k in ("cls", "sep", "pad"))
+        # Each space-separated chunk's pieces, remembered (`encode`), where that gives the whole text's.
+        self._chunks: Optional[Dict[str, tuple]] = {} if self.words is None and splits_at_spaces(
+            self.tokenizer) else None
+
+    def encode(self, texts: Sequence[str]):
+        """The WordPieces of `texts`: pieces per text [K], all their ids in order [P] and each one's character
+        offsets [P, 2] (start, end in its text), int64, as the tokenizer's `encode_batch` gives them. Where that is
+        the same (`splits_at_spaces`), each chunk of a text between single spaces is encoded once and remembered,
+        at most 2**16 of them: news text repeats most of its words, and the tokenizer costs more than the student."""
+        cache = self._chunks
+        if cache is None:
+            encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+            ids = [e.ids for e in encodings]
+            counts = np.fromiter(map(len, ids), np.int64, len(ids))
+            flat_ids = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(counts.sum()))
+            offsets = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(
+                e.offsets for e in encodings)), np.int64, 2 * len(flat_ids)).reshape(-1, 2)
+            return counts, flat_ids, offsets
+        splits = [text.split(" ") for text in texts]
+        chunks = list(itertools.chain.from_iterable(splits))
+        entries = list(map(cache.get, chunks))
+        if None in entries:
+            if len(cache) > 1 << 16:
+                cache.clear()
+            missing = list(set(chunks).difference(cache))
+            for chunk, e in zip(missing, self.tokenizer.encode_batch(missing, add_special_tokens=False)):
+                cache[chunk] = (len(e.ids), e.ids, tuple(itertools.chain.from_iterable(e.offsets)))
+            entries = list(map(cache.__getitem__, chunks))
+        per_chunk = np.fromiter(map(operator.itemgetter(0), entries), np.int64, len(entries))
+        total = int(per_chunk.sum())
+        flat_ids = np.fromiter(itertools.chain.from_iterable(map(operator.itemgetter(1), entries)), np.int64, total)
+        offsets = np.fromiter(itertools.chain.from_iterable(map(operator.itemgetter(2), entries)), np.int64,
+                              2 * total).reshape(-1, 2)
+        # A chunk starts one character after the one before it ends; every text has at least one chunk ("").
+        widths = np.fromiter(map(len, chunks), np.int64, len(chunks)) + 1
+        starts = np.cumsum(widths) - widths
+        chunks_per_text = np.fromiter(map(len, splits), np.int64, len(splits))
+        first_chunks = np.cumsum(chunks_per_text) - chunks_per_text
+        starts -= np.repeat(starts[first_chunks], chunks_per_text)
+        offsets += np.repeat(starts, per_chunk)[:, None]
+        counts = np.add.reduceat(per_chunk, first_chunks) if len(texts) else np.zeros(0, np.int64)
+        return counts, flat_ids, offsets
 
     def pieces(self, texts: Sequence[str]) -> List[tuple]:
         """Per text: its piece ids and its words, (first piece, start char, end char) each."""
@@ -346,6 +404,16 @@ class Tokenization:
                 ids.extend(pieces or [self.unk])  # a word of no pieces is one unknown, as in training
             found.append((ids, spans))
         return found
+
+
+def splits_at_spaces(tokenizer: Tokenizer) -> bool:
+    """Whether `tokenizer` encodes a text as the chunks between its spaces one by one, offsets shifted: BERT's
+    normalizer (each character on its own) and pre-tokenizer (a word never spans a space), and no added token that
+    holds a space or strips the spaces beside it (bin/export's tokenizer.json: export.formats.write_tokenizer)."""
+    added = tokenizer.get_added_tokens_decoder().values()
+    return (isinstance(tokenizer.normalizer, normalizers.BertNormalizer)
+            and isinstance(tokenizer.pre_tokenizer, pre_tokenizers.BertPreTokenizer)
+            and not any(t.lstrip or t.rstrip or any(c.isspace() for c in t.content) for t in added))
 
 
 class Predictor(Tokenization):
@@ -386,20 +454,15 @@ class Predictor(Tokenization):
         """`texts` as one model batch (`_Batch`): their pieces, words and windows, in NumPy."""
         texts = list(texts)
         if self.words is None:
-            encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False)
-            ids = [e.ids for e in encodings]
-            counts = np.fromiter(map(len, ids), np.int64, len(ids))
-            flat_ids = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(counts.sum()))
-            offsets = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(
-                e.offsets for e in encodings)), np.int64, 2 * len(flat_ids)).reshape(-1, 2)
-            piece_text = np.repeat(np.arange(len(ids)), counts)
+            counts, flat_ids, offsets = self.encode(texts)
+            piece_text = np.repeat(np.arange(len(texts)), counts)
             position = np.arange(len(flat_ids)) - (np.cumsum(counts) - counts)[piece_text]
             # word_spans' rule: a word starts at each piece that is not a "##" continuation (and at a text's first);
             # it ends where the latest-ending of its pieces ends.
             firsts = np.flatnonzero((position == 0) | ~self.continuation[flat_ids])
             starts = offsets[firsts, 0]
             ends = np.maximum.reduceat(offsets[:, 1], firsts) if len(firsts) else np.zeros(0, np.int64)
-            words_per_text = np.bincount(piece_text[firsts], minlength=len(ids))
+            words_per_text = np.bincount(piece_text[firsts], minlength=len(texts))
         else:   # words.json's words, each encoded alone
             found = self.pieces(texts)
             counts = np.array([len(i) for i, _ in found], np.int64)

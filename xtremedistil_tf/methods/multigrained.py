@@ -200,6 +200,10 @@ class MultiGrainedStep(GroupsStep):
         self.use_groups([(tf.keras.optimizers.Adam(config.learning_rate, global_clipnorm=config.clipnorm),
                           student.trainable_variables + self.weighting.trainable_variables)])
 
+    def weight_variables(self) -> list:
+        """What `get_weights` reads and the best-so-far slot copies (engine/resume.weight_variables)."""
+        return self.student.weights + self.weighting.weights
+
     def get_weights(self):
         return self.student.get_weights() + self.weighting.get_weights()
 

@@ -9,6 +9,7 @@ from test_bad_inputs import ENV
 from test_deployed_benchmark import finished_work_dir  # noqa: F401  (a module fixture: a tiny finished run)
 
 from xtremedistil_tf.benchmarks import peers, spacy_peer
+from xtremedistil_tf.cli.evaluate import evaluate_model
 from xtremedistil_tf.data import scoring
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.errors import ConfigError
@@ -89,6 +90,32 @@ def test_a_sentence_becomes_a_spacy_doc_of_its_raw_text_and_entities():
     assert scores["spacy"] == scores["same"] and scores["spacy"]["all"]["precision"] == 1.0
 
 
+def test_bin_evaluate_scores_a_spacy_pipeline_as_the_benchmark_does(tmp_path):
+    """A spaCy pipeline directory (W/peers/spacy) is a model bin/evaluate scores: its entities of the raw text
+    through the scorer of score_systems, seen and unseen names included; a pipeline spaCy cannot read is one line."""
+    spacy = pytest.importorskip("spacy", reason="spaCy is not installed (requirements.txt pins it: the peers extra)")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler").add_patterns([{"label": "PER", "pattern": "John"},
+                                               {"label": "LOC", "pattern": "Rome"},
+                                               {"label": "PER", "pattern": "Paris"}])
+    nlp.to_disk(tmp_path / "spacy")
+    seen = scoring.train_entities([Sentence(["John", "Smith", "and", "Rome"], ["B-PER", "O", "O", "B-LOC"])])
+    scores = spacy_peer.score_systems(SENTENCES, "IOB2", {"spacy": lambda texts: spacy_peer.spacy_spans(nlp, texts)},
+                                      seen=seen)["spacy"]
+    assert scores["seen_unseen"]["seen"]["recall"] == 1.0 and scores["seen_unseen"]["seen"]["support"] == 2
+    assert scores["seen_unseen"]["unseen"]["support"] == 3 and scores["seen_unseen"]["unseen"]["recall"] == 0.0
+    assert scores["seen_unseen"]["unseen"]["predicted"] == 1   # "Paris" of "Paris Hilton": unseen, and wrong
+    served = []
+    evaluated = evaluate_model(tmp_path / "spacy", SENTENCES, "IOB2", served=served, seen=seen)
+    assert evaluated["kind"] == "spacy" and served == [{(0, 4, "PER")}, {(11, 16, "PER"), (28, 32, "LOC")}, set()]
+    assert {k: evaluated[k] for k in scores} == scores
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.cfg").write_text("[nlp\n", encoding="utf-8")
+    (tmp_path / "broken" / "meta.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"broken: spaCy .* cannot load this pipeline"):
+        evaluate_model(tmp_path / "broken", SENTENCES, "IOB2")
+
+
 @pytest.mark.slow   # a pipeline run, an int8 ONNX export, spaCy trained 20 steps and the timing (about a minute and a half)
 def test_the_peers_benchmark_end_to_end(finished_work_dir):
     """bin/benchmark peers on a tiny run: spaCy trained (seeded, its steps capped) and kept in W/peers/spacy/, the
@@ -106,6 +133,10 @@ def test_the_peers_benchmark_end_to_end(finished_work_dir):
         overall = result["scores"][system]["all"]
         assert 0.0 <= overall["f1"] <= 1.0 and overall["sentences"] == 20
         assert set(overall["types"]) <= {"LOC", "PER"}
+        split = result["scores"][system]["seen_unseen"]   # against the run's train labels
+        assert split["seen"]["support"] + split["unseen"]["support"] == sum(t["support"]
+                                                                            for t in overall["types"].values())
+        assert split["train_entities"] > 0
     assert result["scores"]["spacy"]["all"]["f1"] > 0.5   # 20 steps learn the toy task
     keys = [tuple(row[k] for k in peers.KEYS) for row in result["rows"]]
     assert keys == [("student", "tensorflow", "student_dir", "none", "text"), spacy_peer.ONNX_ROW,

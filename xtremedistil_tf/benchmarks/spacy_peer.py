@@ -103,6 +103,17 @@ def require_spacy():
     return spacy
 
 
+def load_spacy_pipeline(path):
+    """A spaCy pipeline directory (config.cfg, meta.json: W/peers/spacy of this benchmark); a directory spaCy cannot
+    load is one line naming it."""
+    spacy = require_spacy()
+    try:
+        return spacy.load(path)
+    except (OSError, ValueError, KeyError) as e:   # spaCy's own errors for a pipeline it cannot read
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ConfigError(f"{path}: spaCy {spacy.__version__} cannot load this pipeline ({first})") from None
+
+
 # --- spaCy's training data: our sentences as Docs --------------------------------------------------------------
 
 def to_doc(vocab, sentence: Sentence, scheme: str):
@@ -243,7 +254,7 @@ def spacy_pipeline(work: Path, scheme: str, settings: dict, max_minutes: float, 
     if (target / TRAINING).exists():
         stored = read_json(target / TRAINING)
         if stored.get("fingerprint") == fingerprint:
-            return spacy.load(target), stored, False
+            return load_spacy_pipeline(target), stored, False
         if not overwrite:
             old = stored.get("fingerprint", {})
             differ = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
@@ -279,14 +290,21 @@ def spacy_spans(nlp, texts: Sequence[str], batch_size: int = 64) -> Spans:
 
 
 def score_systems(sentences: Sequence[Sentence], scheme: str,
-                  systems: Dict[str, Callable[[List[str]], Spans]]) -> Dict[str, dict]:
+                  systems: Dict[str, Callable[[List[str]], Spans]], seen: Optional[frozenset] = None) -> Dict[str, dict]:
     """Each system's character spans of the sentences' raw text scored against their tags' spans
-    (data/scoring.char_spans) by one function, data/scoring.span_scores (overall, per type and per language)."""
+    (data/scoring.char_spans) by one function, data/scoring.span_scores (overall, per type and per language); with
+    `seen` (data/scoring.train_entities of the labels both were trained on), on seen and unseen names too
+    ("seen_unseen": data/scoring.seen_scores)."""
     texts = [s.raw_text for s in sentences]
     gold = [scoring.char_spans(s, s.tags, scheme) for s in sentences]
     langs = [s.lang for s in sentences]
-    return {name: scoring.score_by_language(gold, system(texts), langs, scorer=scoring.span_scores)
-            for name, system in systems.items()}
+    scores = {}
+    for name, system in systems.items():
+        pred = system(texts)
+        scores[name] = scoring.score_by_language(gold, pred, langs, scorer=scoring.span_scores)
+        if seen is not None:
+            scores[name]["seen_unseen"] = scoring.seen_scores(sentences, gold, pred, seen)
+    return scores
 
 
 # --- the benchmark ---------------------------------------------------------------------------------------------
@@ -332,7 +350,8 @@ def measure(work_dir, settings: dict, max_minutes: float, queries: int, repeats:
     scores = score_systems(test, scheme, {
         "student": lambda texts: record_spans(predict(serving_fn, texts)),
         "student_onnx_int8": lambda texts: record_spans(predictor.predict(texts)),
-        "spacy": lambda texts: spacy_spans(nlp, texts)})
+        "spacy": lambda texts: spacy_spans(nlp, texts)},
+        seen=scoring.train_entities(read_jsonl(work / "data" / "train.jsonl"), scheme))
 
     timed = test[:queries]
     texts = np.array([s.raw_text for s in timed], dtype=object)
@@ -378,6 +397,10 @@ def format_lines(result: dict) -> List[str]:
         a = result["scores"][name]["all"]
         types = " ".join(f"{kind} {s['f1']:.4f}" for kind, s in a["types"].items())
         lines.append(f"  {label:<34}{a['precision']:>8.4f}{a['recall']:>8.4f}{a['f1']:>8.4f}   {types}")
+    seen = {label: result["scores"][name].get("seen_unseen") for name, label in SYSTEMS}
+    for kind, gold, *cells in scoring.seen_unseen_rows(seen):   # none in a result from before they were scored
+        lines.append(f"  {kind} names ({gold} gold entities), recall / precision: "
+                     + ", ".join(f"{label} {cell}" for label, cell in zip(seen, cells)))
     cpu = result["machine"].get("cpu_model") or result["machine"]["processor"]
     lines += [f"speed: {result['timed_sentences']:,} test sentences ({result['words_per_sentence']:.1f} words each), "
               f"raw text in, entities out; {result['threads']} thread(s) each, rows interleaved in "

@@ -7,10 +7,11 @@
         --data_dir=/path/to/wikiann --langs=de
 
 --model is a teacher dir (with teacher.json: <work_dir>/teacher/model, or <work_dir>/teacher),
-a student dir (with student.json: <work_dir>/student, <work_dir>/ablate/<strategy>), or an
+a student dir (with student.json: <work_dir>/student, <work_dir>/ablate/<strategy>), an
 exported model (a SavedModel <export_dir>/<name>[/<version>], or an ONNX or TFLite export dir with
-export.json, from bin/export): that one is given each sentence's raw text (its tokens joined by
-single spaces) and scored on exact entity character spans. A teacher or student dir is scored on the
+export.json, from bin/export), or a spaCy NER pipeline (config.cfg and meta.json: <work_dir>/peers/spacy of
+bin/benchmark peers, the peer trained on the same labels): an export or pipeline is given each sentence's raw
+text and scored on exact entity character spans. A teacher or student dir is scored on the
 words of --word_split (bert, the default: the data's tokens re-split as an export splits raw text), by
 entity over words (the token-level F1) and, beside it, on the same exact entity character spans of the
 raw text (the span F1: what its export scores). The
@@ -43,6 +44,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
+from xtremedistil_tf.benchmarks.spacy_peer import load_spacy_pipeline, spacy_spans
 from xtremedistil_tf.cli.common import command, define_common_flags
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE
 from xtremedistil_tf.damage import REEXPORT, RETRAIN, reading
@@ -79,8 +81,8 @@ OWN = "own"   # --decode of a token teacher's own decoding
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("model", "", "Saved teacher dir (teacher.json), student dir (student.json) or exported "
-                    "model (<export_dir>/<name>[/<version>]).")
+flags.DEFINE_string("model", "", "Saved teacher dir (teacher.json), student dir (student.json), exported "
+                    "model (<export_dir>/<name>[/<version>]) or spaCy pipeline (<work_dir>/peers/spacy).")
 # The data flags of bin/train (cli/train.py), with the same names and defaults.
 flags.DEFINE_enum("data_format", "conll", list(DATA_FORMATS),
                   "Input format.")
@@ -166,6 +168,8 @@ def model_kind(directory) -> Tuple[str, Path]:
     for kind, path in (("teacher", directory), ("student", directory), ("teacher", directory / "model")):
         if (path / f"{kind}.json").exists():
             return kind, path
+    if (directory / "config.cfg").exists() and (directory / "meta.json").exists():
+        return "spacy", directory
     portable = (directory / "export.json").exists() or any((directory / f).exists() for f in PORTABLE_FILES)
     if portable and "teacher_dir" in portable_meta(directory):
         raise ConfigError(f"{directory} is a teacher's ids-in ONNX export (bin/export --teacher), the speed peer of "
@@ -174,8 +178,9 @@ def model_kind(directory) -> Tuple[str, Path]:
     if portable or (directory / "saved_model.pb").exists() or any(directory.glob("[0-9]*/saved_model.pb")):
         return "export", directory
     raise ConfigError(f"{directory} holds neither teacher.json (a saved teacher, e.g. <work_dir>/teacher/model), "
-                      "student.json (a saved student, e.g. <work_dir>/student) nor an export (a SavedModel, or "
-                      "export.json of an ONNX or TFLite export)")
+                      "student.json (a saved student, e.g. <work_dir>/student), an export (a SavedModel, or "
+                      "export.json of an ONNX or TFLite export) nor a spaCy pipeline (config.cfg and meta.json, e.g. "
+                      "<work_dir>/peers/spacy of bin/benchmark peers)")
 
 
 def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode: Optional[str] = None,
@@ -194,6 +199,11 @@ def evaluate_model(directory, sentences: Sequence[Sentence], scheme: str, decode
     if decode == OWN and kind != "teacher":
         raise ConfigError(f"--decode={OWN} is a token teacher's own decoding; {path} is {'an' if kind == 'export' else 'a'} "
                           f"{kind}")
+    if kind == "spacy":
+        if decode is not None:
+            raise ConfigError(f"--decode={decode}: {path} is a spaCy pipeline, which decodes its own entities")
+        return {"model": str(path), "kind": kind, "scheme": scheme, **_evaluate_spacy(path, sentences, scheme,
+                                                                                     served, seen)}
     with reading(path, REEXPORT if kind == "export" else RETRAIN):   # a damaged or missing file named in one line
         if kind == "export":
             return _evaluate_export(path, sentences, scheme, decode, served, seen)
@@ -305,8 +315,24 @@ def _evaluate_served(path: Path, sentences: Sequence[Sentence], scheme: str, por
         records = predictor.predict(texts)
     else:
         records = predict(load_serving_fn(path), texts)
+    return _score_served(sentences, scheme, [{(e["start"], e["end"], e["type"]) for e in r["entities"]}
+                                             for r in records], served, seen)
+
+
+def _evaluate_spacy(path: Path, sentences: Sequence[Sentence], scheme: str, served: Optional[list] = None,
+                    seen: Optional[frozenset] = None) -> Dict:
+    """A spaCy pipeline (bin/benchmark peers' W/peers/spacy) scored as an export is: its own tokenizer on the raw
+    text, its entities as character spans, the same scorer."""
+    if any(s.tags is None for s in sentences):
+        raise ConfigError(f"{path} is a spaCy NER pipeline; score it on tagged data, not --data_format=label_tsv")
+    nlp = load_spacy_pipeline(path)
+    return _score_served(sentences, scheme, spacy_spans(nlp, [s.raw_text for s in sentences]), served, seen)
+
+
+def _score_served(sentences: Sequence[Sentence], scheme: str, pred: List[set], served: Optional[list] = None,
+                  seen: Optional[frozenset] = None) -> Dict:
+    """Scores of a system's entities `pred` (per sentence, (start, end, type) character spans of its raw text)."""
     gold = [char_spans(s, s.tags, scheme) for s in sentences]
-    pred = [{(e["start"], e["end"], e["type"]) for e in r["entities"]} for r in records]
     if served is not None:
         served.extend(pred)
     scores = score_by_language(gold, pred, [s.lang for s in sentences], scorer=span_scores)

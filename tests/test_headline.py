@@ -20,7 +20,7 @@ def test_every_number_of_the_table_is_in_benchmarks_md():
     assert rows
     for row in rows:
         cells = headline._cells(row, 1)
-        numbers = re.findall(r"\d[\d,]*\.?\d*[x%]?", " | ".join(cells[3:7]))
+        numbers = re.findall(r"\d[\d,]*\.?\d*[x%]?", " | ".join(cells[3:8]))
         missing = [n for n in numbers if n not in benchmarks and n not in ("1", "32")]
         assert not missing, f"{row['file']}: {missing} not in docs/benchmarks.md"
 
@@ -54,11 +54,16 @@ def test_a_row_can_read_its_speed_from_a_latency_peers_json(tmp_path):
     assert [r["file"] for r in rows] == ["row.json"]
     assert headline.speedups(rows[0]) == {"tensorflow": [5.0, 8.0], "onnxruntime_int8": [12.0, 16.0]}
     block = headline.table(rows)
-    assert "| NER, toy [1] | t | s | 80.00 / 76.00 (95.0%) | 1,000 / 100 (10.0x fewer) | 5.0x / 8.0x | 12.0x / 16.0x | cpu |" in block
+    assert ("| NER, toy [1] | t | s | 80.00 / 76.00 (95.0%) | not measured | 1,000 / 100 (10.0x fewer) | 5.0x / 8.0x | "
+            "12.0x / 16.0x | cpu |") in block
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{headline.BEGIN}\nold\n{headline.END}\nrest\n")
     readme.write_text(headline.replace_block(readme.read_text(), block))
     assert headline.readme_block(readme) == block and readme.read_text().endswith("\nrest\n")
+    record = json.loads((tmp_path / "row.json").read_text())
+    record["headline"]["peer"] = {"spacy_f1": 71.5}
+    (tmp_path / "row.json").write_text(json.dumps(record))
+    assert "| 80.00 / 76.00 (95.0%) | 71.50 | 1,000 / 100" in headline.table(headline.load_rows(tmp_path))
 
 
 def test_setup_py_the_package_and_the_changelog_name_one_version():

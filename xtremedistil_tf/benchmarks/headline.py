@@ -86,15 +86,18 @@ def _cells(row: dict, number: int) -> List[str]:
     f1, params = row["f1"], row["parameters"]
     ratio = {runtime: (f"{pair[0]:.1f}x / {pair[1]:.1f}x" if pair else "not measured")
              for runtime, pair in speedups(row).items()}
+    spacy = (row.get("peer") or {}).get("spacy_f1")
     return [f"{row['task']} [{number}]", row["teacher"], row["student"],
             f"{f1['teacher']:.2f} / {f1['student']:.2f} ({100 * f1['student'] / f1['teacher']:.1f}%)",
+            "not measured" if spacy is None else f"{spacy:.2f}",
             f"{params['teacher']:,} / {params['student']:,} ({params['teacher'] / params['student']:.1f}x fewer)",
             *(ratio[runtime] for runtime, _ in RUNTIMES), row["cpu"]]
 
 
 def table(rows: Sequence[dict]) -> str:
     """The markdown table and one note per row, between BEGIN and END."""
-    header = ["task, data", "teacher", "student", "served F1: teacher / student", "parameters: teacher / student",
+    header = ["task, data", "teacher", "student", "served F1: teacher / student",
+              "spaCy on the same labels: served F1", "parameters: teacher / student",
               *(f"speed-up, {name}: batch 1 / 32" for _, name in RUNTIMES), "CPU, threads"]
     lines = [BEGIN, "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_cells(row, i)) + " |" for i, row in enumerate(rows, 1)]

@@ -199,6 +199,10 @@ flags.DEFINE_integer("student_batch_size", None, f"Student batch size. Default {
 flags.DEFINE_integer("student_group_by_length", DistilConfig.group_by_length,
                      "xtremedistil: training batches of windows of similar length, N batches' windows sorted at a time "
                      "(0: off); the transfer set's shuffle buffer should hold them (10 batches).")
+flags.DEFINE_float("student_word_dropout", DistilConfig.word_dropout,
+                   "xtremedistil: replace each word of the training batches by the unknown piece with this probability "
+                   "(labeled and transfer windows; the teacher's targets and the word's shape stay), so the student "
+                   "tags names from their context; 0: off.")
 flags.DEFINE_float("student_learning_rate", None, f"Adam peak rate; xtremedistil cosine-decays it to "
                    f"{DistilConfig.min_learning_rate:g} in each step. Default {DistilConfig.learning_rate:g} "
                    f"(xtremedistil), {MultiGrainedConfig.learning_rate:g} (multigrained).")
@@ -296,9 +300,10 @@ def check_flags() -> dict:
     if FLAGS.distribution == "multi_worker":
         check_tf_config()
     if FLAGS.student and FLAGS.method == "multigrained":
-        if FLAGS.student_group_by_length:
-            raise ConfigError("--student_group_by_length groups the batches of an XtremeDistil student's stages; "
-                              "drop it with --method=multigrained")
+        for name in ("student_group_by_length", "student_word_dropout"):
+            if FLAGS[name].value:
+                raise ConfigError(f"--{name} applies to the batches of an XtremeDistil student's stages; drop it with "
+                                  "--method=multigrained")
         if FLAGS.teacher_head != "crf":
             raise ConfigError("--method=multigrained distils from a CRF teacher's k-best paths: add --teacher_head=crf")
         check_kbest(FLAGS.kbest)
@@ -381,7 +386,8 @@ def student_from_flags():
     return DistilConfig(arch=arch, heads_on=FLAGS.student_heads_on, strategy=FLAGS.strategy,
                         epochs_per_layer=FLAGS.epochs_per_layer, representation_loss=FLAGS.representation_loss,
                         alpha=FLAGS.alpha, beta=FLAGS.beta, gamma=FLAGS.gamma, seed=FLAGS.seed,
-                        group_by_length=FLAGS.student_group_by_length, **common)
+                        group_by_length=FLAGS.student_group_by_length, word_dropout=FLAGS.student_word_dropout,
+                        **common)
 
 
 def train() -> None:

@@ -66,7 +66,7 @@ def distil_classifier(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_c
     checkpoint_dir, distribution, transfer_keep, shared_stages."""
     evaluate_fn = make_dev_class_f1(dev, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
     return distil_staged(cfg, lambda: build_classifier_student(cfg, teacher), evaluate_fn, teacher.tag_vocab,
-                         transfer_dir, dev_cache_dir, train_texts, progress, log_dir, **run)
+                         transfer_dir, dev_cache_dir, train_texts, progress, log_dir, tokenizer=tokenizer, **run)
 
 
 def evaluate_classifier_student(student: tf.keras.Model, tokenizer, vocab: ClassVocab, max_seq_length: int,

@@ -73,6 +73,10 @@ class DistilConfig:
     # Training batches of similar length (data/batching.group_by_length: this many batches' windows sorted
     # at a time); 0: batches of randomly mixed lengths (left out of the fingerprint then).
     group_by_length: int = 0
+    # Word dropout: each training batch's words (a word's first piece and its continuations) replaced whole by the
+    # unknown piece, each with this probability, labeled and transfer windows alike (dev untouched), the teacher's
+    # targets kept (student_run.WordDropout); 0: off (left out of the fingerprint then).
+    word_dropout: float = 0.0
     pad_id: Optional[int] = field(default=None, compare=False)
     verbose: int = field(default=0, compare=False)
     # Every step compiles a fresh model, so graph tracing is paid per step; for tiny students on a

@@ -149,9 +149,42 @@ def with_case_ids(examples: tf.data.Dataset, windows: Windows, where) -> tf.data
     return tf.data.Dataset.zip((examples, tf.data.Dataset.from_tensor_slices(rows))).map(add)
 
 
+class WordDropout:
+    """DistilConfig.word_dropout over a tokenizer's pieces: `apply(batches, seed)` replaces whole words of each
+    batch's `input_ids` by the unknown piece, each word with probability `rate`, where the words are a piece that
+    starts one and the pieces that continue it (WordPiece's "##" pieces; for BPE and SentencePiece vocabularies the
+    pieces without a leading "Ġ" or "▁"); special pieces and padding are never replaced. The draws are a function
+    of the epoch's seed and the batch's place in the epoch (exact resume); the teacher's targets and a word's shape
+    (case_ids) stay, so the student learns to tag a word it cannot read from its context and shape."""
+
+    def __init__(self, tokenizer, rate: float):
+        vocab = tokenizer.get_vocab()
+        wordpiece = any(piece.startswith("##") for piece in vocab)
+        starts = np.ones(max(vocab.values()) + 1, bool)
+        for piece, index in vocab.items():
+            starts[index] = not piece.startswith("##") if wordpiece else piece.startswith(("Ġ", "▁"))
+        special = sorted(set(tokenizer.all_special_ids))
+        starts[special] = True
+        self.rate, self.unk = float(rate), int(tokenizer.unk_token_id)
+        self.starts, self.special = tf.constant(starts), tf.constant(special, tf.int32)
+
+    def apply(self, batches: tf.data.Dataset, seed: int) -> tf.data.Dataset:
+        def drop(index, batch):
+            ids = tf.cast(batch["input_ids"], tf.int32)
+            # Each piece's word: the number of word starts up to it; a word's draw is the one at its own number.
+            word = tf.maximum(tf.cumsum(tf.cast(tf.gather(self.starts, ids), tf.int32), axis=1) - 1, 0)
+            draws = tf.random.stateless_uniform(tf.shape(ids), seed=tf.stack([tf.cast(seed, tf.int64), index]))
+            dropped = ((tf.gather(draws, word, batch_dims=1) < self.rate) & (batch["attention_mask"] > 0)
+                       & ~tf.reduce_any(ids[..., None] == self.special, axis=-1))
+            return {**batch, "input_ids": tf.cast(tf.where(dropped, self.unk, ids), batch["input_ids"].dtype)}
+
+        return batches.enumerate().map(drop)
+
+
 def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_examples: int,
                    shuffle_buffer: Optional[int] = None, pad_id: Optional[int] = None,
-                   transfer_keep: Optional[np.ndarray] = None, case_windows: Optional[Tuple[Windows, Windows]] = None):
+                   transfer_keep: Optional[np.ndarray] = None, case_windows: Optional[Tuple[Windows, Windows]] = None,
+                   word_dropout: Optional[WordDropout] = None):
     """The staged loop's data from the caches: (labeled train, transfer) as per-epoch sources for
     `train_student`, functions `seed -> batches` whose shuffle order is fixed by the epoch's seed
     (exact resume, engine/resume.py), and dev batches. The labeled examples are the first
@@ -167,7 +200,8 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
     transfer set goes through a buffer of `shuffle_buffer` windows (default min(50,000, 10 x batch
     size)) whatever its size: at most that many windows x (ids, mask, tags, logits, float32 hidden).
     `case_windows` (the windows the transfer and dev caches were written from) gives every example its
-    "case_ids" (`with_case_ids`), for a student that reads word shapes."""
+    "case_ids" (`with_case_ids`), for a student that reads word shapes. `word_dropout` (cfg.word_dropout's
+    `WordDropout`) applies to every epoch's train and transfer batches."""
     shuffle_buffer = min(50_000, 10 * cfg.batch_size) if shuffle_buffer is None else shuffle_buffer
     if shuffle_buffer < 1:
         raise ConfigError(f"shuffle_buffer must be >= 1 window, got {shuffle_buffer}")
@@ -193,13 +227,16 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
 
     padding = padding_values(transfer_dir)
 
+    def epoch(ds: tf.data.Dataset, buffer: int, seed: int) -> tf.data.Dataset:
+        batches = batched(ds, cfg.batch_size, shuffle_buffer=buffer, seed=seed, reshuffle=False, padding=padding,
+                          group=cfg.group_by_length)
+        return batches if word_dropout is None else word_dropout.apply(batches, seed)
+
     def train_for(seed: int) -> tf.data.Dataset:
-        return batched(train, cfg.batch_size, shuffle_buffer=train_buffer, seed=seed, reshuffle=False, padding=padding,
-                       group=cfg.group_by_length)
+        return epoch(train, train_buffer, seed)
 
     def transfer_for(seed: int) -> tf.data.Dataset:
-        return batched(transfer, cfg.batch_size, shuffle_buffer=shuffle_buffer, seed=seed, reshuffle=False,
-                       padding=padding, group=cfg.group_by_length)
+        return epoch(transfer, shuffle_buffer, seed)
 
     check_cached(dev_cache_dir, [t for s in get_strategy(cfg.strategy).stages for t in _stage_targets(s)],
                  cfg.strategy)
@@ -252,18 +289,22 @@ def build_resumable(build, *args, **kwargs) -> tf.keras.Model:
 
 def distil_staged(cfg: DistilConfig, build, evaluate_fn, tag_vocab, transfer_dir, dev_cache_dir, train_examples: int,
                   progress: bool = False, log_dir=None, checkpoint_dir=None, distribution=None,
-                  transfer_keep: Optional[np.ndarray] = None, shared_stages=None, case_windows=None):
+                  transfer_keep: Optional[np.ndarray] = None, shared_stages=None, case_windows=None,
+                  tokenizer=None):
     """A new student, `build()` under the run's seed, distilled with the configured strategy by
     the staged loop from the caches (`staged_sources`); returns (student, history). Taggers
     (`distil`) and classifiers (methods/classification.py) differ only in `build` and
     `evaluate_fn` (dev F1 of a head). `transfer_keep`, `case_windows`: staged_sources's; `shared_stages`:
-    train_student's `shared`; `log_dir`: TensorBoard scalars of every epoch."""
+    train_student's `shared`; `log_dir`: TensorBoard scalars of every epoch; `tokenizer`: the teacher's, whose pieces
+    cfg.word_dropout drops (`WordDropout`)."""
     tf.keras.utils.set_random_seed(cfg.seed)
     with scope_of(distribution):
         student = build_resumable(build)
     train_ds, transfer_ds, dev_ds = staged_sources(cfg, transfer_dir, dev_cache_dir, train_examples,
                                                    pad_id=tag_vocab.pad_id, transfer_keep=transfer_keep,
-                                                   case_windows=case_windows if reads_case(student) else None)
+                                                   case_windows=case_windows if reads_case(student) else None,
+                                                   word_dropout=WordDropout(tokenizer, cfg.word_dropout)
+                                                   if cfg.word_dropout else None)
     history = train_student(cfg.strategy, student, train_ds, transfer_ds, dev_ds,
                             distil_config(cfg, tag_vocab, progress), evaluate_fn=evaluate_fn,
                             callbacks=[EpochScalars(ScalarLog(log_dir))],
@@ -291,7 +332,7 @@ def distil(cfg: DistilConfig, teacher, tokenizer, transfer_dir, dev_cache_dir, t
         run["case_windows"] = tuple(encode(sentences, tokenizer, teacher.tag_vocab, teacher.max_seq_length)
                                     for sentences in (transfer_text, dev))
     return distil_staged(cfg, lambda: build_student(cfg, teacher, scheme), evaluate_fn, teacher.tag_vocab,
-                         transfer_dir, dev_cache_dir, train_windows, progress, log_dir, **run)
+                         transfer_dir, dev_cache_dir, train_windows, progress, log_dir, tokenizer=tokenizer, **run)
 
 
 def distil_multigrained(cfg: MultiGrainedConfig, teacher, tokenizer, transfer_dir, train_windows: int,

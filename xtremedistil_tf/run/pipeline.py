@@ -659,6 +659,8 @@ def student_fingerprint(sc: StudentConfig) -> dict:
         del fingerprint["transfer_sentences"]
     if fingerprint.get("group_by_length", 1) == 0:   # off: as before the field existed
         del fingerprint["group_by_length"]
+    if fingerprint.get("word_dropout", 1) == 0:   # off: as before the field existed
+        del fingerprint["word_dropout"]
     if fingerprint["arch"].get("case_dim", 1) == 0:   # no word shapes: as before the field existed
         del fingerprint["arch"]["case_dim"]
     if sc.method == "multigrained":

@@ -16,7 +16,7 @@ from xtremedistil_tf.errors import ConfigError
 
 # flag -> (least, whether it is allowed, greatest, whether it is allowed, what is allowed in words)
 RANGES = {
-    **dict.fromkeys(("student_dropout", "teacher_dropout", "teacher_embedding_dropout"),
+    **dict.fromkeys(("student_dropout", "teacher_dropout", "teacher_embedding_dropout", "student_word_dropout"),
                     (0.0, True, 1.0, False, "a fraction in [0, 1)")),
     **dict.fromkeys(("teacher_learning_rate", "student_learning_rate"),
                     (0.0, False, math.inf, False, "a finite rate above 0")),

@@ -17,6 +17,7 @@ from xtremedistil_tf.teachers.finetune import (
     teacher_word_tags,
 )
 from xtremedistil_tf.teachers import finetune as finetune_module
+from xtremedistil_tf.teachers import model as teacher_model
 from xtremedistil_tf.teachers.model import build_teacher
 from xtremedistil_tf.teachers.saved import load_teacher
 
@@ -195,3 +196,22 @@ def test_micro_batches_give_the_batchs_update(tiny_bert_dir):
     fresh, _ = build_teacher(str(tiny_bert_dir), TOY_LABELS, max_seq_length=16, dropout=0.0, random_init=True,
                              config_overrides=NO_DROPOUT)
     assert max(float(np.abs(a - b.numpy()).max()) for a, b in zip(full, fresh.trainable_variables)) > 1e-3
+
+
+def test_a_teacher_larger_than_a_shard_is_saved_in_shards_and_reloads_whole(tiny_bert_dir, tmp_path, monkeypatch):
+    """Teacher weights go to safetensors shards of at most SHARD_SIZE (a base-sized teacher's single file cost its
+    step 0.41 GiB of peak memory, docs/benchmarks.md 5.2), with transformers' index; the reload has every weight."""
+    monkeypatch.setattr(teacher_model, "SHARD_SIZE", "10KB")
+    tf.keras.utils.set_random_seed(3)
+    teacher, tokenizer = build_teacher(str(tiny_bert_dir), TOY_LABELS, max_seq_length=16, random_init=True)
+    teacher.save(tmp_path / "teacher", tokenizer)
+    encoder = tmp_path / "teacher" / "encoder"
+    shards = sorted(encoder.glob("model-*.safetensors"))
+    assert (encoder / "model.safetensors.index.json").exists() and len(shards) > 3
+    assert not (encoder / "model.safetensors").exists()
+    assert max(shard.stat().st_size for shard in shards) < 100_000
+    reloaded, _ = load_teacher(tmp_path / "teacher")
+    assert len(reloaded.encoder.weights) == len(teacher.encoder.weights) > 20
+    for saved, loaded in zip(teacher.encoder.weights, reloaded.encoder.weights):   # one model's names, scoped apart
+        assert saved.name.split("/", 1)[1] == loaded.name.split("/", 1)[1]
+        np.testing.assert_array_equal(loaded.numpy(), saved.numpy())

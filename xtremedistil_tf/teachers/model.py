@@ -24,6 +24,10 @@ from xtremedistil_tf.losses import registry
 from xtremedistil_tf.teachers.families import config_from_dict, needs_prefix_space, usable_positions
 
 FORMAT_VERSION = 1
+# Weight files of a saved teacher are written in shards of at most this size (a tensor larger than it is a shard of its
+# own): safetensors copies a file's tensors to bytes all at once, so one file of all-mpnet-base-v2 raised the teacher
+# step's peak memory by 0.41 GiB, a 100 MB shard by 0.1 (docs/benchmarks.md 5.2). `from_pretrained` reads them.
+SHARD_SIZE = "100MB"
 
 
 class TeacherBase:
@@ -149,7 +153,7 @@ class TokenTeacher(TeacherBase, tf.keras.Model):
         with atomic_dir(directory) as tmp:
             # safetensors: the h5 format keys weights by scoped names, which differ between a
             # model made with from_config and one made with from_pretrained, so it reloads wrongly.
-            self.encoder.save_pretrained(str(tmp / "encoder"), safe_serialization=True)
+            self.encoder.save_pretrained(str(tmp / "encoder"), safe_serialization=True, max_shard_size=SHARD_SIZE)
             tokenizer.save_pretrained(str(tmp / "encoder"))
             kernel, bias = self.classifier.get_weights()
             np.savez(tmp / "head.npz", kernel=kernel, bias=bias)

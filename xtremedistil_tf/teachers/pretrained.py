@@ -37,7 +37,7 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.io import atomic_dir
 from xtremedistil_tf.teachers import pypi_models
 from xtremedistil_tf.teachers.labelmap import class_label_map, token_label_map
-from xtremedistil_tf.teachers.model import FORMAT_VERSION, TeacherBase, load_tokenizer
+from xtremedistil_tf.teachers.model import FORMAT_VERSION, SHARD_SIZE, TeacherBase, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class PretrainedTokenTeacher(TeacherBase, tf.keras.Model):
 
     def save(self, directory, tokenizer) -> None:  # noqa: D102  (Keras' save is not used for teachers)
         with atomic_dir(directory) as tmp:
-            self.model.save_pretrained(str(tmp / CHECKPOINT_DIR), safe_serialization=True)
+            self.model.save_pretrained(str(tmp / CHECKPOINT_DIR), safe_serialization=True, max_shard_size=SHARD_SIZE)
             tokenizer.save_pretrained(str(tmp / CHECKPOINT_DIR))
             (tmp / "teacher.json").write_text(json.dumps(self.meta(), indent=2), encoding="utf-8")
 

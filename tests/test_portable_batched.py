@@ -245,6 +245,7 @@ def test_encode_by_chunks_between_spaces_is_the_tokenizers_encoding(tiny_tokeniz
             pieces += len(ids)
     assert pieces > 3 * 6000 and 100 < len(tokenization._chunks) < 1 << 16 and "unused 0" not in tokenization._chunks
     assert [len(a) for a in tokenization.encode([])] == [0, 0, 0]
+    assert max(map(len, tokenization._chunks)) <= 64   # the 120-letter words are encoded, not remembered
 
 
 def test_a_tokenizer_whose_words_may_span_a_space_is_encoded_whole(tiny_tokenizer_dir, tmp_path):

@@ -349,8 +349,9 @@ class Tokenization:
     def encode(self, texts: Sequence[str]):
         """The WordPieces of `texts`: pieces per text [K], all their ids in order [P] and each one's character
         offsets [P, 2] (start, end in its text), int64, as the tokenizer's `encode_batch` gives them. Where that is
-        the same (`splits_at_spaces`), each chunk of a text between single spaces is encoded once and remembered,
-        at most 2**16 of them: news text repeats most of its words, and the tokenizer costs more than the student."""
+        the same (`splits_at_spaces`), each chunk of a text between single spaces is encoded once and remembered
+        (at most 2**16 chunks of at most 64 characters): news text repeats most of its words, and the tokenizer cost
+        more than the student."""
         cache = self._chunks
         if cache is None:
             encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
@@ -367,9 +368,11 @@ class Tokenization:
             if len(cache) > 1 << 16:
                 cache.clear()
             missing = list(set(chunks).difference(cache))
-            for chunk, e in zip(missing, self.tokenizer.encode_batch(missing, add_special_tokens=False)):
-                cache[chunk] = (len(e.ids), e.ids, tuple(itertools.chain.from_iterable(e.offsets)))
-            entries = list(map(cache.__getitem__, chunks))
+            new = {chunk: (len(e.ids), e.ids, tuple(itertools.chain.from_iterable(e.offsets)))
+                   for chunk, e in zip(missing, self.tokenizer.encode_batch(missing, add_special_tokens=False))}
+            # Words, not whole texts of a script without spaces: those are encoded each time.
+            cache.update((chunk, entry) for chunk, entry in new.items() if len(chunk) <= 64)
+            entries = [cache.get(chunk) or new[chunk] for chunk in chunks]
         per_chunk = np.fromiter(map(operator.itemgetter(0), entries), np.int64, len(entries))
         total = int(per_chunk.sum())
         flat_ids = np.fromiter(itertools.chain.from_iterable(map(operator.itemgetter(1), entries)), np.int64, total)

@@ -70,7 +70,8 @@ test-slow: $(STAMP)
 # process, bin/predict), the served offsets, a tiny teacher learning its toy task, the worker processes writing one
 # cache (one killed), the --help of every command, a student's save and reload, word shapes through every export, a signal
 # while bin/export shuts down (test_bad_commands.py), WikiAnn en through the hf and spans_jsonl formats
-# (test_data_formats.py), the spaCy peer benchmark end to end (test_peers_benchmark.py). A file
+# (test_data_formats.py), the spaCy peer benchmark end to end (test_peers_benchmark.py), a student's word-embedding
+# drift (test_embedding_drift.py). A file
 # here runs only its slow tests (-m slow). test_formats_benchmark.py's
 # three-row table is not here: the full table asserts all it does. Two workers, as `make test`.
 CI_SLOW_TESTS := tests/test_resume.py tests/test_formats_benchmark.py::test_formats_table_on_a_tiny_work_dir \
@@ -83,7 +84,7 @@ CI_SLOW_TESTS := tests/test_resume.py tests/test_formats_benchmark.py::test_form
 	tests/test_mpnet.py tests/test_sentencepiece_export.py tests/test_demo.py tests/test_interrupts.py \
 	tests/test_memory_bound.py \
 	tests/test_damaged_models.py tests/test_case.py tests/test_bad_commands.py tests/test_data_formats.py \
-	tests/test_peers_benchmark.py
+	tests/test_peers_benchmark.py tests/test_embedding_drift.py
 
 test-slow-ci: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m slow -q -n 2 --dist loadfile $(CI_SLOW_TESTS)

@@ -11,6 +11,7 @@ from xtremedistil_tf.benchmarks import cache_size as cache_benchmarks
 from xtremedistil_tf.benchmarks import crf as crf_benchmarks
 from xtremedistil_tf.benchmarks import decoders as decoders_benchmarks
 from xtremedistil_tf.benchmarks import deployed as deployed_benchmarks
+from xtremedistil_tf.benchmarks import embedding_drift as embedding_drift_benchmarks
 from xtremedistil_tf.benchmarks import finetune_memory as finetune_memory_benchmarks
 from xtremedistil_tf.benchmarks import formats as formats_benchmarks
 from xtremedistil_tf.benchmarks import latency as latency_benchmarks
@@ -26,6 +27,7 @@ BENCHMARKS: Dict[str, Callable[[int], List[str]]] = {
     "crf": crf_benchmarks.run,
     "decoders": decoders_benchmarks.run,
     "deployed": deployed_benchmarks.run,
+    "embedding_drift": embedding_drift_benchmarks.run,
     "finetune_memory": finetune_memory_benchmarks.run,
     "formats": formats_benchmarks.run,
     "latency": latency_benchmarks.run,

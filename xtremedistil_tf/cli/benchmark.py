@@ -6,6 +6,9 @@
     bin/benchmark decoders --work_dir=runs/ablate   (a bin/ablate run's teacher and students, constrained and argmax F1)
     bin/benchmark deployed --work_dir=runs/demo [--latency_threads=1 --queries=256]   (the work dir's own teacher and
                           student in TensorFlow and ONNX Runtime int8, batch 1 and 32, interleaved; W/deployed.json)
+    bin/benchmark embedding_drift --work_dir=W [--student_dir=W/ablate/seed-1/D4.2]   (how far the student's word
+                          embeddings moved from their SVD start, by pieces of its labeled, transfer or neither text,
+                          and which of them the test's unseen names are made of)
     bin/benchmark finetune_memory --teacher=mpnet-base [--memory_micro=0,4 --memory_steps=6 --max_seq_length=64]
                           (peak RSS of the teacher's fine-tuning steps, the package's beside a plain loop, whole
                           batches and micro-batches)
@@ -39,6 +42,7 @@ import xtremedistil_tf  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loa
 from xtremedistil_tf.benchmarks import (  # noqa: E402
     cache_size,  # noqa: E402
     deployed,
+    embedding_drift,
     finetune_memory,
     formats,
     latency,
@@ -59,6 +63,7 @@ flags.DEFINE_integer("repeats", 50, "Timed runs per measurement (the median is p
 latency.define_flags()
 lengths.define_flags()
 deployed.define_flags()
+embedding_drift.define_flags()
 memory.define_flags()
 finetune_memory.define_flags()
 cache_size.define_flags()

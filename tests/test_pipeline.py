@@ -427,10 +427,10 @@ def test_student_fingerprint_is_the_config_less_how_it_runs():
     assert pipeline.student_fingerprint(replace(xd, arch=StudentArch(case_dim=8)))["arch"]["case_dim"] == 8
     assert pipeline.student_fingerprint(replace(xd, pad_id=7, verbose=1, run_eagerly=True)) == \
         pipeline.student_fingerprint(xd)
-    # transfer_sentences=None (the whole transfer set) and group_by_length=0 (off) are left out, so students made
-    # before the fields match.
+    # transfer_sentences=None (the whole transfer set), group_by_length=0 and word_dropout=0 (off) are left out, so
+    # students made before the fields match.
     assert set(pipeline.student_fingerprint(xd)) == {f for f in asdict(xd) if f not in (
-        "pad_id", "verbose", "run_eagerly", "transfer_sentences", "group_by_length")}
+        "pad_id", "verbose", "run_eagerly", "transfer_sentences", "group_by_length", "word_dropout")}
     mg = MultiGrainedConfig()
     assert "heads_on" not in pipeline.student_fingerprint(mg) and pipeline.student_fingerprint(mg)["method"] == "multigrained"
     assert pipeline.student_fingerprint(replace(mg, run_eagerly=True, progress=True, log_dir="x")) == \

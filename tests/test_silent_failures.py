@@ -263,7 +263,8 @@ def test_benchmark_help_lists_its_subcommands_first_one_line_each():
     lines = proc.stdout.splitlines()
     assert lines[2] == "Subcommands:"
     listed = [line.split()[0] for line in lines[3:3 + len(BENCHMARKS)]]
-    assert listed == sorted(BENCHMARKS) == ["cache", "crf", "decoders", "deployed", "finetune_memory", "formats",
+    assert listed == sorted(BENCHMARKS) == ["cache", "crf", "decoders", "deployed", "embedding_drift", "finetune_memory",
+                                           "formats",
                                            "latency", "lengths", "memory", "peers", "precision", "served_text",
                                            "teacher"]
     assert lines[3 + len(BENCHMARKS)] == ""

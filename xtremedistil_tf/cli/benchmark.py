@@ -112,6 +112,7 @@ SUBCOMMANDS = (
     ("crf", "CRF log-likelihood, 1-best and k-best decoding at B=32, T=128 (eager, tf.function, XLA)"),
     ("decoders", "a bin/ablate run's teacher and students: constrained and argmax decoding, F1 and speed"),
     ("deployed", "a work dir's own teacher and student in TensorFlow and ONNX Runtime int8, batch 1 and 32, interleaved"),
+    ("embedding_drift", "a student's word embeddings against their SVD start, by where its training text has each piece"),
     ("finetune_memory", "peak RSS of the teacher's fine-tuning steps, the package's beside a plain loop, whole and "
                         "micro-batches"),
     ("formats", "each export format and quantization: size, parameters, F1, latency, peak RSS"),

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 from transformers import BertConfig, TFBertModel
 
+from xtremedistil_tf import resident
 from xtremedistil_tf.benchmarks import finetune_memory, memory
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.transfer.cache import load_manifest, read_sharded
@@ -124,4 +125,7 @@ def test_finetune_memory_rows_run_the_reference_and_the_package_step(tiny_bert_d
     for micro in (0, 2):
         for loop in (finetune_memory.reference, finetune_memory.package):
             result = loop(str(tmp_path), micro, steps=2, batch=5, seq=8)
-            assert 100 < result["built_mib"] <= result["peak_mib"], (loop.__name__, micro, result)
+            # The peak cannot be below the RSS once built, up to the kernel's per-CPU counter slack.
+            assert 100 < result["built_mib"] <= result["peak_mib"] + resident.counter_slack_mib(), \
+                (loop.__name__, micro, result)
+            assert result["peak_mib"] < result["built_mib"] + 1024, (loop.__name__, micro, result)

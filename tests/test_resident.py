@@ -32,3 +32,12 @@ def test_peak_is_none_without_proc(monkeypatch):
     with resident.peak_of() as peak:
         pass
     assert peak.mib is None and peak.since_start and resident.rss_mib() is None
+
+
+def test_counter_slack_follows_the_kernels_per_cpu_batch(monkeypatch):
+    # 2 CPUs: batch 32 pages, 3 counters, 2 readings: 2 * 3 * 2 * 32 pages of 4 KiB = 1.5 MiB.
+    monkeypatch.setattr(resident.os, "cpu_count", lambda: 2)
+    assert resident.counter_slack_mib() == 1.5
+    # 64 CPUs: the batch grows to 2 * 64 = 128 pages.
+    monkeypatch.setattr(resident.os, "cpu_count", lambda: 64)
+    assert resident.counter_slack_mib() == 2 * 3 * 64 * 128 * 4096 / 2**20

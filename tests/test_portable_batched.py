@@ -121,6 +121,54 @@ def test_batched_viterbi_equals_viterbi_with_ties():
     assert portable.viterbi_batch(potentials[:0], lengths[:0], transitions).shape == (0, 8)
 
 
+def _word_probs(meta, rows):
+    """Word probabilities [W, tags] from rows of {label: probability} (the rest share what is left)."""
+    labels = LABELS["IOB2"]
+    probs = np.full((len(rows), len(meta["label_of_tag"])), 0.0, np.float32)
+    for i, row in enumerate(rows):
+        rest = (1 - sum(row.values())) / (len(labels) - len(row))
+        for label in labels:
+            probs[i, meta["tags"].index(label)] = row.get(label, rest)
+    return probs
+
+
+def test_constrained_decoding_searches_only_the_stretch_around_broken_moves(monkeypatch):
+    """A 40-word text whose greedy path breaks IOB2 once (O then I-PER at words 20-21): the Viterbi searches words
+    19-22 (one word before the move; the O after the name may follow anything), and the labels are those of the whole
+    text's Viterbi."""
+    meta = _meta("IOB2", "constrained")
+    rows = [{"O": 0.9}] * 40
+    rows[20], rows[21], rows[22] = {"O": 0.5, "B-PER": 0.4}, {"I-PER": 0.6, "B-PER": 0.3}, {"I-PER": 0.7}
+    probs = _word_probs(meta, rows)
+    searched = []
+    real = portable.viterbi
+    monkeypatch.setattr(portable, "viterbi", lambda p, t: searched.append(len(p)) or real(p, t))
+    labels, _ = portable.decode_batch(probs, [40], meta)
+    assert searched == [5]
+    assert [LABELS["IOB2"][i] for i in labels[19:24]] == ["O", "B-PER", "I-PER", "I-PER", "O"]
+    monkeypatch.setattr(portable, "viterbi", real)
+    np.testing.assert_array_equal(labels, _old_decode_words(probs, meta)[0])
+
+
+def test_constrained_decoding_searches_the_whole_text_where_a_stretch_cannot_follow_the_words_before(monkeypatch):
+    """Greedy B-LOC O O O I-PER I-PER O: the stretch of words 1-5 alone would start with I-PER, which may not follow
+    B-LOC, so the whole text is searched."""
+    meta = _meta("IOB2", "constrained")
+    unsure = {"O": 0.40, "I-PER": 0.38, "B-PER": 0.01}
+    probs = _word_probs(meta, [{"B-LOC": 0.9}, unsure, unsure, unsure, {"I-PER": 0.9}, {"I-PER": 0.9}, {"O": 0.9}])
+    searched = []
+    real = portable.viterbi
+    monkeypatch.setattr(portable, "viterbi", lambda p, t: searched.append(len(p)) or real(p, t))
+    labels, _ = portable.decode_batch(probs, [7], meta)
+    assert searched == [5, 7]
+    stretch = real(np.log(probs[1:6, [meta["tags"].index(label) for label in LABELS["IOB2"]]]),
+                   np.array(meta["word_transitions"], np.float32))
+    assert LABELS["IOB2"][stretch[0]] == "I-PER"
+    monkeypatch.setattr(portable, "viterbi", real)
+    np.testing.assert_array_equal(labels, _old_decode_words(probs, meta)[0])
+    assert LABELS["IOB2"][labels[0]] == "B-LOC" and LABELS["IOB2"][labels[1]] != "I-PER"
+
+
 def test_span_means_are_numpys_means():
     rng = np.random.default_rng(2)
     probs = rng.random(2000).astype(np.float32)
@@ -131,17 +179,23 @@ def test_span_means_are_numpys_means():
 
 
 class _FakeRun:
-    """A model whose outputs at a piece depend on that piece (and its word shape) alone, not on the batch."""
+    """A model whose outputs at a piece depend on that piece (and its word shape) and its place in its window alone,
+    not on the batch. (The place breaks the exact ties of a word repeated: the Viterbi path of a text that has two is
+    either of them, `WordDecoding._repair`.)"""
 
     def __init__(self, vocab_size, tags, case):
         rng = np.random.default_rng(3)
         self.table = _random_probs(rng, vocab_size * 8, tags).reshape(vocab_size, 8, tags)
+        self.place = 1 + rng.uniform(-0.01, 0.01, (512, tags)).astype(np.float32)
         self.case = case
+
+    def probs(self, ids, shapes, columns):
+        return self.table[ids, shapes] * self.place[columns]
 
     def __call__(self, input_ids, attention_mask, case_ids=None):
         assert (case_ids is not None) == self.case
         shape = case_ids if case_ids is not None else np.zeros_like(input_ids)
-        probs = self.table[input_ids, shape] * attention_mask[..., None]
+        probs = self.probs(input_ids, shape, np.arange(input_ids.shape[1])) * attention_mask[..., None]
         return {"probs": probs, "tag_ids": probs.argmax(-1).astype(np.int32), "tag_probs": probs.max(-1)}
 
 
@@ -160,7 +214,9 @@ def _old_records(predictor, texts, decode_words):
     records = []
     for text, (ids, words) in zip(texts, predictor.pieces(texts)):
         shapes = portable.piece_shapes(text, words, len(ids)) if predictor.case else [0] * len(ids)
-        probs = predictor.run.table[np.array(ids, np.int64), np.array(shapes, np.int64)]
+        position = np.arange(len(ids))
+        columns = 1 + (position % predictor.budget if predictor.budget else position)   # after [CLS]
+        probs = predictor.run.probs(np.array(ids, np.int64), np.array(shapes, np.int64), columns)
         tags, tag_probs = probs.argmax(-1), probs.max(-1)
         records.append({"text": text, "entities": _old_entities(predictor.meta, text, words, tags, tag_probs,
                                                                 probs if decode_words else None)})
@@ -237,16 +293,36 @@ def test_encode_by_chunks_between_spaces_is_the_tokenizers_encoding(tiny_tokeniz
             tokenization._chunks = {f"unused {i}": (0, [], ()) for i in range((1 << 16) + 1)}
         for start in range(0, len(texts), size):
             batch = texts[start:start + size]
-            counts, ids, offsets = tokenization.encode(batch)
+            counts, ids, offsets, shapes = tokenization.encode(batch)
+            assert shapes is None   # not asked for (chunk_shapes)
             encodings = tokenization.tokenizer.encode_batch(batch, add_special_tokens=False)
             assert counts.tolist() == [len(e.ids) for e in encodings]
             assert ids.tolist() == [i for e in encodings for i in e.ids]
             assert offsets.tolist() == [list(o) for e in encodings for o in e.offsets]
             pieces += len(ids)
     assert pieces > 3 * 6000 and 100 < len(tokenization._chunks) < 1 << 16 and "unused 0" not in tokenization._chunks
-    assert [len(a) for a in tokenization.encode([])] == [0, 0, 0]
+    assert [len(a) for a in tokenization.encode([])[:3]] == [0, 0, 0]
     assert max(map(len, tokenization._chunks)) <= 64   # the 120-letter words are encoded, not remembered
 
+
+
+def test_remembered_chunks_give_each_pieces_word_shape(tiny_tokenizer_dir, tmp_path):
+    """With `chunk_shapes`, `encode` gives each piece the shape of its word in the whole text (`piece_shapes` of the
+    tokenizer's own words), from the memory and from chunks seen for the first time."""
+    vocab = (tiny_tokenizer_dir / "vocab.txt").read_text(encoding="utf-8").split()
+    write_tokenizer(vocab, True, tmp_path / "tokenizer.json")
+    tokenization = portable.Tokenization(tmp_path, {})
+    tokenization.chunk_shapes = True
+    texts = _tricky_texts(300, 7) + ["McDonald's U.S. iPhone 3-2 ÉCOLE x"]
+    for start in range(0, len(texts), 50):
+        batch = texts[start:start + 50]
+        _, _, _, shapes = tokenization.encode(batch)
+        expected = []
+        for text, e in zip(batch, tokenization.tokenizer.encode_batch(batch, add_special_tokens=False)):
+            words = portable.word_spans(e.ids, e.offsets, tokenization.continuation)
+            expected.extend(portable.piece_shapes(text, words, len(e.ids)))
+        assert shapes.tolist() == expected
+    assert len(set(shapes.tolist())) >= 4   # several shapes, not one
 
 def test_a_tokenizer_whose_words_may_span_a_space_is_encoded_whole(tiny_tokenizer_dir, tmp_path):
     """A tokenizer.json whose pre-tokenizer keeps spaces in its pieces (SentencePiece's Metaspace) or whose added
@@ -263,7 +339,7 @@ def test_a_tokenizer_whose_words_may_span_a_space_is_encoded_whole(tiny_tokenize
     tokenization = portable.Tokenization(tmp_path, {})
     assert tokenization._chunks is None
     texts = _tricky_texts(50, 6)
-    counts, ids, offsets = tokenization.encode(texts)
+    counts, ids, offsets, _ = tokenization.encode(texts)
     encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
     assert ids.tolist() == [i for e in encodings for i in e.ids] and counts.sum() == len(ids) > 100
     assert offsets.tolist() == [list(o) for e in encodings for o in e.offsets]

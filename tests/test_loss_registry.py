@@ -73,10 +73,12 @@ def _mse(width):
     return case
 
 
-def _representation_kld():
-    student, teacher = _normal(B, T, H), _normal(B, T, H, scale=2.0)
-    log_s, log_t = _log_softmax(student), _log_softmax(teacher)
-    return student, teacher, REAL, _mean((np.exp(log_t) * (log_t - log_s)).sum(-1), REAL)
+def _softmax_kl(width):
+    def case():
+        student, teacher = _normal(B, T, width), _normal(B, T, width, scale=2.0)
+        log_s, log_t = _log_softmax(student), _log_softmax(teacher)
+        return student, teacher, REAL, _mean((np.exp(log_t) * (log_t - log_s)).sum(-1), REAL)
+    return case
 
 
 def _hard():
@@ -173,7 +175,7 @@ def _mlm():
     return logits, labels, None, -np.take_along_axis(_log_softmax(logits), labels[:, None], -1).mean()
 
 
-CASES = {"ce": _ce, "logits": _mse(N), "representation/mse": _mse(H), "representation/kld": _representation_kld,
+CASES = {"ce": _ce, "logits": _mse(N), "representation/mse": _mse(H), "representation/kld": _softmax_kl(H), "soft": _softmax_kl(N),
          "hard": _hard, "seq_ce": _seq_ce, "seq_fuzzy": _seq_fuzzy,
          "token_em/ce": _token_em("ce"), "token_em/kl": _token_em("kl"),
          "token_pos/ce": _token_pos("ce"), "token_pos/kl": _token_pos("kl"),

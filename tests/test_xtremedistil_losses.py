@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 from xtremedistil_tf.losses import cross_entropy, label_mask, logit_mse, registry, representation_kld, representation_mse
+from xtremedistil_tf.losses.xtremedistil import soft_target_kl
 
 PAD = 8
 
@@ -59,6 +60,26 @@ def test_logit_mse_matches_numpy_and_ignores_padding(batch):
     spoiled = logit_mse(_spoil_padding(student, batch["attention"]),
                         -_spoil_padding(-batch["teacher_logits"], batch["attention"]), batch["attention"])
     assert spoiled.numpy() == pytest.approx(got, rel=1e-6)
+
+
+def test_soft_target_kl_matches_numpy_and_is_zero_at_the_teacher(batch):
+    real = batch["attention"] == 1
+    log_s = _log_softmax(batch["scores"].astype(np.float64))
+    log_t = _log_softmax(batch["teacher_logits"].astype(np.float64))
+    expected = (np.exp(log_t) * (log_t - log_s)).sum(-1)[real].mean()
+    got = soft_target_kl(batch["scores"], batch["teacher_logits"], batch["attention"]).numpy()
+    assert got == pytest.approx(expected, rel=1e-5) and expected > 0.5
+    # Zero where the student's distribution is the teacher's (a shift of the logits changes no probability).
+    assert soft_target_kl(batch["teacher_logits"] + 2.0, batch["teacher_logits"], batch["attention"]).numpy() \
+        == pytest.approx(0.0, abs=1e-5)
+    # Not the reverse KL, nor a cross-entropy with the teacher's entropy left in.
+    reverse = (np.exp(log_s) * (log_s - log_t)).sum(-1)[real].mean()
+    assert abs(got - reverse) > 0.05 and abs(got - (-(np.exp(log_t) * log_s).sum(-1)[real].mean())) > 0.05
+    # Padding does not count.
+    scores = batch["scores"].copy()
+    scores[~real] = 50.0
+    assert soft_target_kl(scores, batch["teacher_logits"], batch["attention"]).numpy() == pytest.approx(got, rel=1e-6)
+    assert registry.get("soft").fn is soft_target_kl and registry.get("soft").target == ("logits",)
 
 
 def test_representation_mse_matches_numpy(batch):

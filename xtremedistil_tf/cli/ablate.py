@@ -43,7 +43,9 @@ from xtremedistil_tf.run.ablate_multigrained import DEFAULT_VARIANTS, VARIANTS, 
 FLAGS = flags.FLAGS
 
 flags.DEFINE_list("strategies", list(ALL_STRATEGIES),
-                  f"--method=xtremedistil: strategies to compare, in report order; any of {', '.join(ALL_STRATEGIES)}.")
+                  f"--method=xtremedistil: strategies to compare, in report order; any of {', '.join(ALL_STRATEGIES)} "
+                  "(Table 3, the default), and D4.2-KD (not in the paper: D4.2 with the teacher's soft targets in its "
+                  "labels stage).")
 flags.DEFINE_list("seeds", None,
                   "Distil every strategy (--method=multigrained: variant) once per seed (comma-separated "
                   "non-negative integers, e.g. 1,2,3), each student in ablate/seed-<n>/<name>/, from one teacher "

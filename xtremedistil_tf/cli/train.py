@@ -215,7 +215,9 @@ flags.DEFINE_enum("student_heads_on", DistilConfig.heads_on, list(HEADS_ON),
                   "What the XtremeDistil student's logits and softmax heads read: the GELU projection (the "
                   "authors' code) or the BiLSTM/encoder states (the paper's equations; the projection is then "
                   "training-only and left out of the served graph). docs/students.md.")
-flags.DEFINE_enum("strategy", DistilConfig.strategy, list(STRATEGIES), "Distillation strategy (XtremeDistil Table 3).")
+flags.DEFINE_enum("strategy", DistilConfig.strategy, list(STRATEGIES),
+                  "Distillation strategy (XtremeDistil Table 3; D4.2-KD, not in the paper: D4.2 whose labels stage "
+                  "adds the teacher's soft targets).")
 flags.DEFINE_integer("epochs_per_layer", DistilConfig.epochs_per_layer,
                      "Epochs per unfreezing step (best epoch by dev loss is kept).")
 flags.DEFINE_enum("representation_loss", DistilConfig.representation_loss, list(registry.variants("representation")),

@@ -28,6 +28,7 @@ MULTI_GRAINED = "Multi-grained KD (Zhou et al., NAACL 2021)"
 KD_NAS = "KD-NAS (Trivedi et al., 2023)"
 SUBWORDS = "Optimal subwords and shared projections (Zhao et al., 2019)"
 TEACHERS = "Teacher fine-tuning (the teachers' own losses, before distillation)"
+SOFT_TARGETS = "Soft targets (Hinton et al., 2015; not in the papers: strategy D4.2-KD)"
 CRF_OUTPUT = ("potentials", "transitions")
 KBEST = ("kbest_tags", "kbest_probs", "kbest_valid")
 
@@ -113,6 +114,9 @@ ENTRIES = (
          _XD_TESTS + "test_cross_entropy_matches_numpy_and_skips_pad_labels", labeled_tokens),
     Loss("logits", None, XTREMEDISTIL, "Eq. 4", ("logits",), ("logits",), xtremedistil.logit_mse,
          _XD_TESTS + "test_logit_mse_matches_numpy_and_ignores_padding", teacher_trained_tokens),
+    Loss("soft", None, SOFT_TARGETS, "KL(softmax(t) ‖ softmax(s)), T = 1", ("scores",), ("logits",),
+         xtremedistil.soft_target_kl, _XD_TESTS + "test_soft_target_kl_matches_numpy_and_is_zero_at_the_teacher",
+         teacher_trained_tokens),
     Loss("representation", "mse", XTREMEDISTIL, "Eq. 6 (MSE, the default)", ("projection",), ("hidden",),
          xtremedistil.representation_mse, _XD_TESTS + "test_representation_mse_matches_numpy"),
     Loss("representation", "kld", XTREMEDISTIL, "Eq. 6", ("projection",), ("hidden",),

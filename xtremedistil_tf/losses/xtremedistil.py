@@ -67,11 +67,15 @@ def mse(prediction: tf.Tensor, target: tf.Tensor, mask: tf.Tensor = None) -> tf.
 logit_mse = representation_mse = mse
 
 
-def representation_kld(student: tf.Tensor, teacher: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Representation KLD as in the paper: softmax over the hidden dim of both, KL(teacher || student)
-    summed over the dim, mean over counted positions. [..., H] twice, mask [...] -> scalar."""
+def softmax_kl(student: tf.Tensor, teacher: tf.Tensor, mask: tf.Tensor = None) -> tf.Tensor:
+    """KL(softmax(teacher) || softmax(student)) over the last dim, mean over counted positions: [..., D] twice, mask
+    [...] -> scalar. The representation KLD as in the paper (over the hidden dim, Eq. 6), and soft targets (Hinton
+    et al., 2015, temperature 1: over the tags, the student's pre-softmax scores against the teacher's logits; its
+    gradient is that of the cross-entropy against the teacher's distribution, and it is 0 where they agree)."""
     log_s = tf.nn.log_softmax(tf.cast(student, tf.float32), axis=-1)
     log_t = tf.nn.log_softmax(tf.cast(teacher, tf.float32), axis=-1)
     kl = tf.reduce_sum(tf.exp(log_t) * (log_t - log_s), axis=-1)
     return masked_mean(kl, mask)
 
+
+representation_kld = soft_target_kl = softmax_kl

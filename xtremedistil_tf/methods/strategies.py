@@ -21,6 +21,9 @@ As implemented (paper section 5, Table 3, Table 4, Algorithm 1):
 | D3.2     | RL(transfer), end-to-end         | a*CE + g*LL: [W^r, W^s], projection, BiLSTM, emb.  |                                 |
 | D4.1     | RL(transfer), end-to-end         | LL(transfer), end-to-end                           | CE(train), end-to-end           |
 | D4.2     | RL(transfer), end-to-end         | LL: W^r, projection, BiLSTM, word emb.             | CE: W^s, projection, BiLSTM, emb.|
+| D4.2-KD  | as D4.2                          | as D4.2                                            | CE + KL(teacher soft targets), both on the labeled windows, as D4.2 |
+
+D4.2-KD is not in the paper (`Strategy.paper` False; bin/ablate runs it when named).
 
 Stage 1 trains embeddings, BiLSTM and projection together (section 5.2; Table 4 lists no stage-1
 steps, and the authors' code trains it end-to-end). "End-to-end" is one step with every layer the
@@ -33,10 +36,10 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple, Union
 
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.losses.registry import XTREMEDISTIL, names
+from xtremedistil_tf.losses.registry import SOFT_TARGETS, XTREMEDISTIL, names
 
 # The losses a stage may name (losses/registry.py: the student output each reads and its target).
-LOSSES = names(XTREMEDISTIL)
+LOSSES = names(XTREMEDISTIL) + names(SOFT_TARGETS)
 SOURCES = ("train", "transfer")
 BODY = ("projection", "bilstm", "word_embedding")
 
@@ -85,6 +88,8 @@ class Strategy:
     stages: Tuple[Stage, ...]
     # D0 trains one student per language; the caller splits the data, the stages are D0-S's.
     per_language: bool = False
+    # A strategy of Table 3 (bin/ablate compares these by default), or one added here.
+    paper: bool = True
 
 
 def _end_to_end(*heads: str) -> Tuple[Tuple[str, ...], ...]:
@@ -124,6 +129,13 @@ STRATEGIES: Dict[str, Strategy] = {s.name: s for s in (
     Strategy("D4.2", "(S1) representations (S2) logits (S3) labels, gradual unfreezing (the default)",
              (_REPR_STAGE, Stage("logits", (_LL,), _gradual("logits")),
               Stage("labels", (_CE,), _gradual("softmax")))),
+    # Not in the paper: D4.2 whose last stage also learns the teacher's distribution over the tags on the labeled
+    # windows (soft targets), so that it does not fit the gold labels alone at the end (issue 50: names the labeled
+    # data never held).
+    Strategy("D4.2-KD", "D4.2 whose labels stage adds the teacher's soft targets on the labeled windows (not in "
+                        "the paper)",
+             (_REPR_STAGE, Stage("logits", (_LL,), _gradual("logits")),
+              Stage("labels+soft", (_CE, LossTerm("soft", "train")), _gradual("softmax"))), paper=False),
 )}
 
 

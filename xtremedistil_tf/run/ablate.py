@@ -65,7 +65,7 @@ from xtremedistil_tf.transfer.cache import padding_values, read_sharded, subset
 
 log = logging.getLogger(__name__)
 
-ALL_STRATEGIES = tuple(STRATEGIES)       # D0, D0-S, D1, D2, D3.1, D3.2, D4.1, D4.2
+ALL_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.paper)   # D0, D0-S, D1, ..., D4.2 (Table 3)
 ABLATE_DIR = "ablate"
 REPORT = "ablation.md"
 

@@ -575,6 +575,19 @@ def test_transfer_only_workers_write_the_caches_of_a_full_run(finished_run, tmp_
         pipeline.run(replace(split, work_dir=str(tmp_path / "empty")))
 
 
+def test_a_step_transfer_only_needs_is_refused_naming_the_command_that_builds_it(tmp_path):
+    """--transfer_only builds neither the teacher nor the rewrites: each refusal names what does (--nostudent
+    fine-tunes the teacher but stops before the rewrites, so it is not the rewrites' command)."""
+    work = pipeline.WorkDir(tmp_path / "work")
+    work.must_be_done = dict(pipeline.TRANSFER_ONLY_NEEDS)
+    built = []
+    for name, command in (("teacher", "--nostudent"), ("rewrite", "without --transfer_only")):
+        with pytest.raises(ConfigError, match=rf"^step {name} is not done in .*; run it first \(bin/train .*"
+                                              rf"{command}"):
+            work.run_step(name, {"x": 1}, built.append)
+    assert "--nostudent" not in pipeline.TRANSFER_ONLY_NEEDS["rewrite"] and not built
+
+
 def test_a_relative_transfer_file_found_here_but_not_under_data_dir_is_one_line(tmp_path, monkeypatch):
     """A relative --transfer_file is read under --data_dir; one that exists only where the command runs is refused
     naming both places, before anything is read."""

@@ -866,6 +866,14 @@ def run(cfg: RunConfig) -> dict:
         return _run_steps(work, cfg, distribution, part)
 
 
+_TEACHER_FIRST = "bin/train --nostudent with the same flags fine-tunes the teacher"
+# The steps --transfer_only reads and does not build, each with the command that builds it.
+TRANSFER_ONLY_NEEDS = {"data": _TEACHER_FIRST, "teacher": _TEACHER_FIRST,
+                       # --nostudent stops before the rewrites: a run that distils writes them first.
+                       "rewrite": "bin/train with the same flags, without --transfer_only, on one machine writes the "
+                                  "rewrites before the teacher outputs (its log: 'step rewrite: running')"}
+
+
 def run_transfer_only(cfg: RunConfig, part: Optional[tuple] = None) -> dict:
     """Write the teacher-output caches of a work dir whose data and teacher steps are done, and
     nothing else. With TF_CONFIG, this process is one of the cluster's workers (the same command
@@ -876,7 +884,7 @@ def run_transfer_only(cfg: RunConfig, part: Optional[tuple] = None) -> dict:
     part = worker_of_cluster() if part is None else part
     distribution = make_distribution(cfg.distribution)
     work = WorkDir(cfg.work_dir, overwrite=cfg.overwrite)
-    work.must_be_done = {"data", "teacher", "rewrite"}
+    work.must_be_done = dict(TRANSFER_ONLY_NEEDS)
     with work_dir_lock(work.root, shared=True), work_dir_lock(work.root, name=f".lock-transfer-{part[0]}"):
         _run_steps(work, cfg, distribution, part, transfer_only=True)
     log.info("teacher outputs: worker %d of %d done; both caches are complete", *part)

@@ -204,7 +204,8 @@ class WorkDir:
         # Steps kept outside root ({name: dir}): a multi-worker run's other workers read and write the
         # chief's teacher-output caches.
         self.elsewhere = {name: Path(path) for name, path in (elsewhere or {}).items()}
-        self.must_be_done: set = set()   # steps run_step may not build (--transfer_only: data, teacher)
+        # Steps run_step may not build, each with the command that builds it (--transfer_only: data, teacher, rewrite).
+        self.must_be_done: Dict[str, str] = {}
         self.root.mkdir(parents=True, exist_ok=True)
 
     def path(self, name: str) -> Path:
@@ -265,8 +266,8 @@ class WorkDir:
             log.info("step %s: done already (%s), skipped", name, self.path(name))
             return self.path(name)
         if name in self.must_be_done:
-            raise ConfigError(f"step {name} is not done in {self.root} with these settings; run it first (e.g. "
-                              "bin/train --nostudent with the same flags fine-tunes the teacher)")
+            raise ConfigError(f"step {name} is not done in {self.root} with these settings; run it first "
+                              f"({self.must_be_done[name]})")
         log.info("step %s: running", name)
         existed = self.path(name).exists()
         try:

@@ -84,7 +84,7 @@ CI_SLOW_TESTS := tests/test_resume.py tests/test_formats_benchmark.py::test_form
 	tests/test_mpnet.py tests/test_sentencepiece_export.py tests/test_demo.py tests/test_interrupts.py \
 	tests/test_memory_bound.py \
 	tests/test_damaged_models.py tests/test_case.py tests/test_bad_commands.py tests/test_data_formats.py \
-	tests/test_peers_benchmark.py tests/test_embedding_drift.py
+	tests/test_peers_benchmark.py tests/test_embedding_drift.py tests/test_export_provenance.py
 
 test-slow-ci: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m slow -q -n 2 --dist loadfile $(CI_SLOW_TESTS)

@@ -110,14 +110,15 @@ def fsync_dir(path) -> None:
         os.close(fd)
 
 
-def _blocks(path):
+def read_blocks(path):
+    """A file's bytes in blocks of 1 MiB."""
     with open(path, "rb") as f:
         yield from iter(lambda: f.read(1 << 20), b"")
 
 
 def file_sha256(path) -> str:
     digest = hashlib.sha256()
-    for block in _blocks(path):
+    for block in read_blocks(path):
         digest.update(block)
     return digest.hexdigest()
 
@@ -125,7 +126,7 @@ def file_sha256(path) -> str:
 def file_crc32(path) -> int:
     """zlib's CRC-32 of a file: a quarter of SHA-256's time (about 1 s per GB here); it finds damage, not tampering."""
     crc = 0
-    for block in _blocks(path):
+    for block in read_blocks(path):
         crc = zlib.crc32(block, crc)
     return crc
 

@@ -51,7 +51,7 @@ from xtremedistil_tf.data.wordsplit import word_offsets
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export import formats
 from xtremedistil_tf.export.portable import Predictor
-from xtremedistil_tf.export.predictor import entities, load_serving_fn, predict
+from xtremedistil_tf.export.predictor import check_exported_from, entities, load_serving_fn, predict
 from xtremedistil_tf.io import atomic_dir, atomic_write_json, check_output_file, file_sha256, read_json
 from xtremedistil_tf.students.artifact import CLASSIFIER, read_config
 
@@ -309,17 +309,25 @@ def score_systems(sentences: Sequence[Sentence], scheme: str,
 
 # --- the benchmark ---------------------------------------------------------------------------------------------
 
+def check_exports(work: Path) -> None:
+    """W's exports that the benchmark serves, each made from W/student (not a student trained since), or refused in
+    one line."""
+    for export in (work / "export" / "ner", formats.portable_dir(work / "export", "ner", *ONNX_INT8)):
+        if export.exists():
+            check_exported_from(export, work / "student")
+
+
 def _students(work: Path):
     """(the SavedModel's serving function, its source, its row's format: saved_model, or student_dir when W has no
     SavedModel export; the int8 ONNX export's directory, exported now if missing)."""
-    saved = work / "export" / "ner"
+    saved, student = work / "export" / "ner", work / "student"
+    onnx_dir = formats.portable_dir(work / "export", "ner", *ONNX_INT8)
     try:
         serving_fn, source, fmt = load_serving_fn(saved), saved, "saved_model"
     except (ConfigError, FileNotFoundError):
-        serving_fn, source, fmt = load_serving_fn(work / "student"), work / "student", "student_dir"
-    onnx_dir = formats.portable_dir(work / "export", "ner", *ONNX_INT8)
+        serving_fn, source, fmt = load_serving_fn(student), student, "student_dir"
     if not (onnx_dir / "export.json").exists():
-        formats.export(work / "student", work / "export", fmt=ONNX_INT8[0], quantize=ONNX_INT8[1])
+        formats.export(student, work / "export", fmt=ONNX_INT8[0], quantize=ONNX_INT8[1])
     return serving_fn, str(source), fmt, onnx_dir
 
 
@@ -344,6 +352,7 @@ def measure(work_dir, settings: dict, max_minutes: float, queries: int, repeats:
     test = read_jsonl(work / "data" / "test.jsonl")
     if not test or any(s.tags is None for s in test):
         raise ConfigError(f"--work_dir={work_dir}: its data/test.jsonl has no tagged sentences to score")
+    check_exports(work)
     nlp, record, trained = spacy_pipeline(work, scheme, settings, max_minutes, overwrite)
     serving_fn, source, fmt, onnx_dir = _students(work)
     predictor = Predictor(onnx_dir, threads=threads)

@@ -40,9 +40,9 @@ from xtremedistil_tf.data import shapes
 from xtremedistil_tf.data.wordsplit import save_splitter
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export import bfloat16, portable
-from xtremedistil_tf.export.serving import NerServing, export_student, tag_tables
+from xtremedistil_tf.export.serving import STUDENT_IDENTITY, NerServing, export_student, tag_tables
 from xtremedistil_tf.io import atomic_dir, atomic_write_json
-from xtremedistil_tf.students.artifact import special_pieces
+from xtremedistil_tf.students.artifact import special_pieces, student_identity
 from xtremedistil_tf.students.models import CASE_INPUT
 from xtremedistil_tf.export import onnx_bilstm
 from xtremedistil_tf.teachers.model import load_tokenizer
@@ -345,6 +345,7 @@ def export_portable(student_dir, export_dir, name: str = "ner", fmt: str = "onnx
             meta.update(teacher_tokenizer(Path(student_dir), tmp))
         # What predict.py and bin/evaluate check before a runtime reads the file (a copy cut short or damaged).
         meta["model_file"] = file_record(tmp / MODEL_FILES[fmt])
+        meta[STUDENT_IDENTITY] = student_identity(student_dir)   # the student it was made from
         atomic_write_json(tmp / "export.json", meta)
         shutil.copyfile(Path(__file__).with_name("portable.py"), tmp / "predict.py")
         shutil.copyfile(Path(textfile.__file__), tmp / "textfile.py")   # predict.py reads its input by it

@@ -9,7 +9,7 @@ the same entity outputs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -21,9 +21,10 @@ from xtremedistil_tf.data.schemes import tags_to_spans
 from xtremedistil_tf.data.sentence import Sentence
 from xtremedistil_tf.data.wordsplit import split_words
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.export.serving import NerServing
+from xtremedistil_tf.export.serving import EXPORT_META, STUDENT_IDENTITY, NerServing
 from xtremedistil_tf.methods.student_run import load_student, served_windows
-from xtremedistil_tf.students.artifact import read_config
+from xtremedistil_tf.io import read_json
+from xtremedistil_tf.students.artifact import read_config, student_identity
 from xtremedistil_tf.teachers.families import WORDPIECE
 
 
@@ -36,6 +37,24 @@ def saved_model_dir(path: Path) -> Path:
         raise ConfigError(f"{path} is neither a saved student (student.json), a SavedModel nor a directory "
                           "of numeric SavedModel versions")
     return versions[-1][1]
+
+
+def exported_student(export_dir) -> Optional[str]:
+    """The `student_identity` of the student an export was made from (a SavedModel export <name>[/<version>], or an
+    ONNX / TFLite export folder); None for an export written before exports recorded it."""
+    export_dir = Path(export_dir)
+    meta = export_dir / "export.json" if (export_dir / "export.json").exists() else \
+        saved_model_dir(export_dir) / "assets.extra" / EXPORT_META
+    return read_json(meta).get(STUDENT_IDENTITY) if meta.exists() else None
+
+
+def check_exported_from(export_dir, student_dir) -> None:
+    """Refuse, in one line, an export made from another student than `student_dir` (one trained since); an export
+    that does not record its student passes."""
+    made_from = exported_student(export_dir)
+    if made_from is not None and made_from != student_identity(student_dir):
+        raise ConfigError(f"{export_dir} was exported from another student than {student_dir} (trained since); "
+                          f"export it again: bin/export ... --overwrite, or remove {export_dir}")
 
 
 def load_serving_fn(path) -> Callable:

@@ -28,7 +28,8 @@ from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.crf.decoding import DEFAULT_DECODE, WordDecoder, check_decode
 from xtremedistil_tf.export.bfloat16 import check_cpu, in_bfloat16
 from xtremedistil_tf.students.artifact import (CLASSIFIER, StudentMeta, block_bilstm, clone_replacing, check_servable,
-                                            load_student_dir, read_config, sentencepiece_model, served_model)
+                                            load_student_dir, read_config, sentencepiece_model, served_model,
+                                            student_identity)
 from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts, pruned_embedding
 from xtremedistil_tf.export.words import SentencePieces, WordPieces, WordSplit, row_ids
 from xtremedistil_tf.students.models import CASE_INPUT, reads_case
@@ -44,6 +45,8 @@ _ROW_STRIDE = 2 ** 32
 
 # assets.extra/ of a SavedModel export: how it decodes (bin/evaluate reads it).
 EXPORT_META = "export.json"
+# export.json's record of the student an export was made from (`student_identity`).
+STUDENT_IDENTITY = "student_sha256"
 
 # --xla_lengths: batches of fewer windows than this run on the fused kernel.
 XLA_MIN_WINDOWS = 2
@@ -526,5 +529,6 @@ def export_student(student_dir, export_dir, name: str = "ner", version: int = 0,
             (tmp / "assets.extra" / "vocab.txt").write_text("".join(p + "\n" for p in module.vocab), encoding="utf-8")
         else:
             shutil.copytree(student_dir / "tokenizer", tmp / "assets.extra" / "tokenizer")
-        atomic_write_json(tmp / "assets.extra" / EXPORT_META, {"decode": module.decode})
+        atomic_write_json(tmp / "assets.extra" / EXPORT_META, {"decode": module.decode,
+                                                              STUDENT_IDENTITY: student_identity(student_dir)})
     return target, module

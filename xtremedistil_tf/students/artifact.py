@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -27,7 +28,7 @@ from xtremedistil_tf.damage import RETRAIN, reading
 from xtremedistil_tf.data.alignment import TagVocab
 from xtremedistil_tf.data.schemes import normalize_scheme
 from xtremedistil_tf.errors import ConfigError
-from xtremedistil_tf.io import atomic_write_json, read_json
+from xtremedistil_tf.io import atomic_write_json, read_blocks, read_json
 from xtremedistil_tf.teachers.families import BYTE_LEVEL_BPE, UNIGRAM, WORDPIECE
 
 FORMAT_VERSION = 1
@@ -184,6 +185,21 @@ def check_servable(config: StudentMeta, student_dir, fmt: str = "saved_model") -
         "and SentencePiece Unigram: to serve with TF Serving, distil from a WordPiece teacher (BERT, DistilBERT, "
         "ELECTRA, or a student with its own WordPiece vocabulary from bin/distil_lm, docs/subwords.md) or an XLM-R "
         f"or CamemBERT one; to tag text in Python, run bin/predict --model={student_dir} (docs/serving.md)")
+
+
+def student_identity(student_dir) -> str:
+    """A SHA-256 over a saved student's student.json and its model's variables (names and bytes): what an export
+    records as the student it was made from (`export_identity`), so that a benchmark can tell an export from a
+    student trained since."""
+    student_dir = Path(student_dir)
+    digest = hashlib.sha256()
+    files = [student_dir / "student.json", *sorted((student_dir / "model" / "variables").glob("variables.*"))]
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        with reading(path, RETRAIN):
+            for block in read_blocks(path):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def load_student_dir(student_dir):

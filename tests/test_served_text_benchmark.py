@@ -66,7 +66,9 @@ def test_served_exports_side_by_side(tmp_path, monkeypatch):
     assert [(row[0].strip(), row[1].strip()) for row in rows] == [(p, b) for p in paths for b in ("1", "3")]
     for row in rows:
         ids_ms, text_ms, ratio = (float(cell) for cell in row[2:5])
-        assert abs(ratio - text_ms / ids_ms) < 0.01
+        # The ratio comes from the medians; the cells are rounded to 3 decimals (ids of 0.13 ms hold 0.4% of slack).
+        bound = 0.005 + text_ms / ids_ms * (0.0005 / ids_ms + 0.0005 / text_ms)
+        assert abs(ratio - text_ms / ids_ms) <= bound
     assert min(float(row[5]) for row in rows) == 1.0
     with pytest.raises(ValueError, match="no such directory: .*missing"):
         served_text.compare_exports([str(tmp_path / "missing")], rounds=1, seq_length=8, threads=1, inter_op=1)

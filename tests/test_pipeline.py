@@ -514,6 +514,21 @@ def test_report_probes_teacher_beside_student(finished_run, tmp_path):
     assert probe_texts(Path(cfg.work_dir)) == [("en", text) for text in DEFAULT_PROBES["en"]]
 
 
+def test_probe_agreement_of_another_student_is_its_probe_rows_count(finished_run, tmp_path):
+    """`bin/report --probe_students` counts, for a student other than W/student (a seed of bin/ablate's), what
+    report.md's probe table counts for W/student: the same function on the same teacher; a dir that is no student
+    is one line."""
+    cfg, _ = finished_run
+    probes = tmp_path / "probes.txt"
+    probes.write_text("John met Mary in Paris.\nBerlin is far from Paris.\n", encoding="utf-8")
+    other = tmp_path / "seed-1"
+    shutil.copytree(Path(cfg.work_dir) / "student", other)
+    expected = agreement(probe_rows(cfg.work_dir, str(probes)))
+    assert probes_module.probe_agreement(cfg.work_dir, other, str(probes)) == expected and expected[1] > 0
+    with pytest.raises(ConfigError, match=rf"^--probe_students: {tmp_path} is no saved student"):
+        probes_module.probe_agreement(cfg.work_dir, tmp_path, str(probes))
+
+
 def test_probe_rows_are_kept_until_a_step_or_the_probes_change(finished_run, tmp_path, monkeypatch):
     """`bin/report` after `bin/train` (make demo) keeps the probe rows bin/train computed: no model is loaded again;
     other probes, or a step made again (a new step.json, even with the same settings), compute them afresh."""

@@ -1,6 +1,7 @@
 """bin/report: work_dir/report.md with score tables and plots (xtremedistil_tf/run/report.py).
 
     bin/report --work_dir=runs/demo [--latency_json=runs/bench/latency.json] [--probes=probes.txt]
+    bin/report --work_dir=W --probes=configs/probes/en_rare_names.txt --probe_students=W/ablate/seed-1/D4.2,...
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from xtremedistil_tf.benchmarks.deployed import read_result, speed_lines
 from xtremedistil_tf.cli.common import command, define_common_flags
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.run.pipeline import summary_table
+from xtremedistil_tf.run.probes import probe_agreement
 from xtremedistil_tf.run.report import read_metrics, write_report
 
 FLAGS = flags.FLAGS
@@ -21,6 +23,9 @@ flags.DEFINE_bool("summary", False, "Also print the run's summary table (what bi
                   "its export with TF Serving.")
 flags.DEFINE_string("probes", "", "Probe sentences for report.md's teacher-beside-student table, one raw text a line "
                     "(default: a few sentences with rare names in each of the run's languages, run/probes.py).")
+flags.DEFINE_list("probe_students", [], "Also print how many of the teacher's entities in the probe sentences each of "
+                  "these saved students finds (e.g. bin/ablate's <work_dir>/ablate/seed-1/D4.2), against --work_dir's "
+                  "teacher.")
 flags.DEFINE_string("latency_json", "", "Latency results of `bin/benchmark latency --output_json` "
                                         "(default: <work_dir>/latency.json when it exists).")
 
@@ -28,7 +33,13 @@ flags.DEFINE_string("latency_json", "", "Latency results of `bin/benchmark laten
 def report() -> None:
     if not FLAGS.work_dir:
         raise ConfigError("--work_dir is required")
+    for student in FLAGS.probe_students:   # each named in one line before any model loads
+        if not (Path(student) / "student.json").is_file():
+            raise ConfigError(f"--probe_students: {student} is no saved student (no student.json)")
     path = write_report(FLAGS.work_dir, FLAGS.latency_json or None, FLAGS.probes or None)
+    for student in FLAGS.probe_students:
+        found, total = probe_agreement(FLAGS.work_dir, student, FLAGS.probes or None)
+        print(f"{student}: finds {found} of the teacher's {total} entities in the probe sentences")
     if not FLAGS.summary:
         print(path)
         return

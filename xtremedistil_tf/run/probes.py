@@ -130,6 +130,18 @@ def _compute_rows(work_dir: Path, probes: List[tuple], teacher_dir: Path, studen
     return rows
 
 
+def probe_agreement(work_dir, student_dir, probes_file: Optional[str] = None) -> tuple:
+    """`agreement` of another student of the work dir's teacher (e.g. one seed of bin/ablate's,
+    <work_dir>/ablate/seed-N/D4.2) on the probe sentences: (the teacher's entities it finds, the teacher's)."""
+    work_dir, student_dir = Path(work_dir), Path(student_dir)
+    if not (student_dir / "student.json").is_file():
+        raise ConfigError(f"--probe_students: {student_dir} is no saved student (no student.json)")
+    teacher_dir = work_dir / "teacher" / "model"
+    if not (teacher_dir / "teacher.json").is_file():
+        raise ConfigError(f"--work_dir={work_dir}: no fine-tuned teacher in {teacher_dir} to probe against")
+    return agreement(_compute_rows(work_dir, probe_texts(work_dir, probes_file), teacher_dir, student_dir))
+
+
 def agreement(rows: Sequence[Sequence[str]]) -> tuple:
     """(entities of the teacher the student finds too, the teacher's entities) over `probe_rows`' rows."""
     counts = [tuple(int(n) for n in row[4].split(" of ")) for row in rows]

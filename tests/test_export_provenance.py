@@ -45,6 +45,11 @@ def test_exports_record_their_student_and_a_retrained_one_is_refused(toy_student
     (onnx / "export.json").write_text(json.dumps(meta), encoding="utf-8")
     assert exported_student(onnx) is None
     check_exported_from(onnx, other)
+    # A W/export/ner without a SavedModel version is not served (the student dir is): the benchmark's check passes.
+    work = tmp_path / "work"
+    (work / "export" / "ner").mkdir(parents=True)
+    shutil.copytree(other, work / "student")
+    spacy_peer.check_exports(work)
 
 
 @pytest.mark.slow   # an int8 ONNX export (in CI's slow subset)

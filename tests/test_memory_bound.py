@@ -128,4 +128,3 @@ def test_finetune_memory_rows_run_the_reference_and_the_package_step(tiny_bert_d
             # The peak cannot be below the RSS once built, up to the kernel's per-CPU counter slack.
             assert 100 < result["built_mib"] <= result["peak_mib"] + resident.counter_slack_mib(), \
                 (loop.__name__, micro, result)
-            assert result["peak_mib"] < result["built_mib"] + 1024, (loop.__name__, micro, result)

@@ -169,6 +169,25 @@ def test_constrained_decoding_searches_the_whole_text_where_a_stretch_cannot_fol
     assert LABELS["IOB2"][labels[0]] == "B-LOC" and LABELS["IOB2"][labels[1]] != "I-PER"
 
 
+def test_stretches_that_touch_are_searched_as_one():
+    """Greedy O B-PER I-LOC O B-PER I-PER I-LOC I-PER: the stretch of the first broken move ends at word 3, where the
+    second's begins. Searched apart, the first turns word 2 into B-PER while the second was checked against the greedy
+    I-LOC there and takes I-LOC after it (B-PER then I-LOC: invalid); searched as one, the labels are the whole
+    text's Viterbi path."""
+    meta = _meta("IOB2", "constrained")
+    order = [meta["tags"].index(label) for label in LABELS["IOB2"]]   # O B-PER I-PER B-LOC I-LOC
+    rows = np.array([[.677, .022, 0, .183, .119], [.253, .414, .021, .001, .312], [0, .394, .181, .007, .417],
+                     [.388, 0, .233, .001, .378], [.023, .428, .003, .209, .336], [.248, .242, .26, .003, .247],
+                     [.04, .026, .188, .033, .714], [0, .198, .466, .097, .239]], np.float32)
+    probs = np.zeros((8, len(meta["label_of_tag"])), np.float32)
+    probs[:, order] = rows
+    labels, _ = portable.decode_batch(probs, [8], meta)
+    transitions = np.array(meta["word_transitions"], np.float32)
+    assert (transitions[labels[:-1], labels[1:]] == 0).all()
+    np.testing.assert_array_equal(labels, _old_decode_words(probs, meta)[0])
+    assert [LABELS["IOB2"][i] for i in labels] == ["O", "B-PER", "B-PER", "O", "B-PER", "I-PER", "I-PER", "I-PER"]
+
+
 def test_span_means_are_numpys_means():
     rng = np.random.default_rng(2)
     probs = rng.random(2000).astype(np.float32)

@@ -51,7 +51,8 @@ from xtremedistil_tf.data.wordsplit import word_offsets
 from xtremedistil_tf.errors import ConfigError
 from xtremedistil_tf.export import formats
 from xtremedistil_tf.export.portable import Predictor
-from xtremedistil_tf.export.predictor import check_exported_from, entities, load_serving_fn, predict
+from xtremedistil_tf.export.predictor import (check_exported_from, entities, exported_student, load_serving_fn,
+                                               predict)
 from xtremedistil_tf.io import atomic_dir, atomic_write_json, check_output_file, file_sha256, read_json
 from xtremedistil_tf.students.artifact import CLASSIFIER, read_config
 
@@ -313,7 +314,11 @@ def check_exports(work: Path) -> None:
     """W's exports that the benchmark serves, each made from W/student (not a student trained since), or refused in
     one line."""
     for export in (work / "export" / "ner", formats.portable_dir(work / "export", "ner", *ONNX_INT8)):
-        if export.exists():
+        try:
+            made_from = exported_student(export) if export.exists() else None
+        except ConfigError:   # no SavedModel version in W/export/ner: the student dir is served instead
+            continue
+        if made_from is not None:
             check_exported_from(export, work / "student")
 
 

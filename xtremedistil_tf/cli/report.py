@@ -36,6 +36,10 @@ def report() -> None:
     for student in FLAGS.probe_students:   # each named in one line before any model loads
         if not (Path(student) / "student.json").is_file():
             raise ConfigError(f"--probe_students: {student} is no saved student (no student.json)")
+    teacher = Path(FLAGS.work_dir) / "teacher" / "model" / "teacher.json"
+    if FLAGS.probe_students and not teacher.is_file():
+        raise ConfigError(f"--probe_students: --work_dir={FLAGS.work_dir} has no fine-tuned teacher ({teacher.parent}) "
+                          "to probe against")
     path = write_report(FLAGS.work_dir, FLAGS.latency_json or None, FLAGS.probes or None)
     for student in FLAGS.probe_students:
         found, total = probe_agreement(FLAGS.work_dir, student, FLAGS.probes or None)

@@ -179,7 +179,7 @@ class WordDecoding:
         Only stretches around the broken moves are searched. The transitions are 0 or forbidden, so the greedy
         path, which takes each word's best label, is the best path wherever it is valid. Each broken move (words k
         and k + 1) gets the stretch from LOOKBACK words before k to the first word after k + 1 whose greedy label may
-        follow any label (`free_labels`; or the text's end), overlapping stretches joined. The greedy path with each
+        follow any label (`free_labels`; or the text's end), stretches that overlap or touch joined. The greedy path with each
         stretch replaced by its own Viterbi path (free at both ends) scores at least as much as any valid path: each
         stretch and each greedy part is the best of its words. It is valid where each stretch's first label may
         follow the greedy word before it (the move out of a stretch always is): then it is the Viterbi path, ties
@@ -193,8 +193,9 @@ class WordDecoding:
         after = np.minimum.accumulate(after[::-1])[::-1]
         start = np.maximum(moves - self.LOOKBACK, text_start)
         stop = np.minimum(after[moves + 1], text_end)   # a broken move's second word is in its text
-        # `stop` never falls from one move to the next: a stretch joins the one before where it starts inside it.
-        joins = np.flatnonzero(np.append(True, start[1:] >= stop[:-1]))
+        # `stop` never falls from one move to the next: a stretch joins the one before where it starts inside it or
+        # right after it (its search may change the word after the one before, which that one's check assumed).
+        joins = np.flatnonzero(np.append(True, start[1:] > stop[:-1]))
         start, stop = start[joins], np.append(stop[joins[1:] - 1], stop[-1])
         paths = self._viterbi_stretches(potentials, start, stop - start)
         entered = np.where(start > firsts[text_of_word[start]], labels[start - 1], self.any_label)

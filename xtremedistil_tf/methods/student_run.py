@@ -196,7 +196,8 @@ def staged_sources(cfg: DistilConfig, transfer_dir, dev_cache_dir, train_example
 
     Memory (docs/benchmarks.md, "Peak memory of student training"): the shuffle buffers are what
     the input pipeline holds. Each set reads only the features its losses use, so the labeled set,
-    shuffled whole, holds ids, mask and tags (3 x T int32 per window, never the hidden states); the
+    shuffled whole, holds ids, mask and tags (3 x T int32 per window, never the hidden states; D4.2-KD's soft
+    targets add the teacher's logits, T x N float32, and its teacher_mask); the
     transfer set goes through a buffer of `shuffle_buffer` windows (default min(50,000, 10 x batch
     size)) whatever its size: at most that many windows x (ids, mask, tags, logits, float32 hidden).
     `case_windows` (the windows the transfer and dev caches were written from) gives every example its

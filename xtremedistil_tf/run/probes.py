@@ -136,6 +136,8 @@ def probe_agreement(work_dir, student_dir, probes_file: Optional[str] = None) ->
     work_dir, student_dir = Path(work_dir), Path(student_dir)
     if not (student_dir / "student.json").is_file():
         raise ConfigError(f"--probe_students: {student_dir} is no saved student (no student.json)")
+    if read_config(student_dir).decoder == CLASSIFIER:
+        raise ConfigError(f"--probe_students: {student_dir} is a sentence classifier; probes are for NER students")
     teacher_dir = work_dir / "teacher" / "model"
     if not (teacher_dir / "teacher.json").is_file():
         raise ConfigError(f"--work_dir={work_dir}: no fine-tuned teacher in {teacher_dir} to probe against")

@@ -179,9 +179,9 @@ class WordDecoding:
         Only stretches around the broken moves are searched. The transitions are 0 or forbidden, so the greedy
         path, which takes each word's best label, is the best path wherever it is valid. Each broken move (words k
         and k + 1) gets the stretch from LOOKBACK words before k to the first word after k + 1 whose greedy label may
-        follow any label (`free_labels`; or the text's end), stretches that overlap or touch joined. The greedy path with each
-        stretch replaced by its own Viterbi path (free at both ends) scores at least as much as any valid path: each
-        stretch and each greedy part is the best of its words. It is valid where each stretch's first label may
+        follow any label (`free_labels`; or the text's end), stretches that overlap or touch joined. The greedy path
+        with each stretch replaced by its own Viterbi path (free at both ends) scores at least as much as any valid
+        path: each stretch and each greedy part is the best of its words. It is valid where each stretch's first label may
         follow the greedy word before it (the move out of a stretch always is): then it is the Viterbi path, ties
         aside. A text where that fails is searched whole."""
         text_of_word = np.repeat(np.arange(len(lengths)), lengths)
@@ -686,7 +686,7 @@ def span_means(probs: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.nda
     means = np.zeros(len(first), np.float32)
     for n in set(length.tolist()):
         which = np.flatnonzero(length == n)
-        # np.mean's own sum and division, without its wrapper (a third of the records' time with short spans)
+        # np.mean's own sum and division, without its wrapper's per-call cost
         means[which] = np.add.reduce(probs[first[which, None] + np.arange(n)], axis=1) / n
     return means
 

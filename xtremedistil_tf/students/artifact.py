@@ -189,8 +189,8 @@ def check_servable(config: StudentMeta, student_dir, fmt: str = "saved_model") -
 
 def student_identity(student_dir) -> str:
     """A SHA-256 over a saved student's student.json and its model's variables (names and bytes): what an export
-    records as the student it was made from (export/predictor.exported_student), so that a benchmark can tell an export from a
-    student trained since."""
+    records as the student it was made from (export/predictor.exported_student), so that a benchmark can tell an
+    export from a student trained since."""
     student_dir = Path(student_dir)
     digest = hashlib.sha256()
     files = [student_dir / "student.json", *sorted((student_dir / "model" / "variables").glob("variables.*"))]

@@ -181,9 +181,9 @@ class WordDecoding:
         and k + 1) gets the stretch from LOOKBACK words before k to the first word after k + 1 whose greedy label may
         follow any label (`free_labels`; or the text's end), stretches that overlap or touch joined. The greedy path
         with each stretch replaced by its own Viterbi path (free at both ends) scores at least as much as any valid
-        path: each stretch and each greedy part is the best of its words. It is valid where each stretch's first label may
-        follow the greedy word before it (the move out of a stretch always is): then it is the Viterbi path, ties
-        aside. A text where that fails is searched whole."""
+        path: each stretch and each greedy part is the best of its words. It is valid where each stretch's first
+        label may follow the greedy word before it (the move out of a stretch always is): then it is the Viterbi
+        path, ties aside. A text where that fails is searched whole."""
         text_of_word = np.repeat(np.arange(len(lengths)), lengths)
         moves = np.flatnonzero(broken)
         text_start = firsts[text_of_word[moves]]

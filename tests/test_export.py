@@ -42,7 +42,7 @@ from xtremedistil_tf.export.serving import (
 )
 from xtremedistil_tf.export.vocabulary import corpus_texts, kept_piece_ids, piece_counts
 from xtremedistil_tf.methods.student_run import evaluate_student
-from xtremedistil_tf.students.artifact import StudentMeta, read_vocab, write_student_dir
+from xtremedistil_tf.students.artifact import StudentMeta, read_vocab, student_identity, write_student_dir
 from xtremedistil_tf.students.layers import BlockBiLSTM
 from xtremedistil_tf.students.models import build_bilstm_student, build_transformer_student
 
@@ -204,7 +204,8 @@ def test_served_tags_are_valid_and_equal_the_argmax_where_it_is_valid(tiny_token
     student_dir = write_student_dir(model, tmp_path / "student", StudentMeta(TOY_LABELS),
                                     tiny_tokenizer_dir / "vocab.txt")
     target, served = export_student(student_dir, tmp_path / "export")
-    assert json.loads((target / "assets.extra" / "export.json").read_text()) == {"decode": "constrained"}
+    assert json.loads((target / "assets.extra" / "export.json").read_text()) == {
+        "decode": "constrained", "student_sha256": student_identity(student_dir)}
     assert served.decode == "constrained"
     argmax = NerServing.from_student_dir(student_dir, decode="argmax")
     texts = [" ".join(s.tokens) for s in toy_ner_sentences(30, seed=3)] + TEXTS[:4]

@@ -910,7 +910,8 @@ def _run_steps(work: WorkDir, cfg: RunConfig, distribution, part=(0, 1), transfe
                     out = function(work, *args, **kwargs)
                 mib, since_start = peak.mib, peak.since_start
         current.append(name)
-        if mib is not None and record.exists() and work.stored(name).get("hash") != before:   # built by this run
+        # Built by this run; a step written by several workers (--transfer_only parts) holds no one worker's peak.
+        if mib is not None and part == (0, 1) and record.exists() and work.stored(name).get("hash") != before:
             work.add_info(name, {"peak_rss_mib": round(mib, 1), "peak_rss_since_start": since_start})
             log.info("step %s: peak resident memory %.0f MiB", name, mib)
         return out
